@@ -1,0 +1,54 @@
+# Two commands do everything on a fresh Debian/Ubuntu machine:
+#   make book   set up, build the static site, print its index page
+#   make test   set up, then every check (unit tests, notebooks under nbval, site, offline browser check)
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+SITE  := _build/html
+NB    ?=
+
+.PHONY: setup setup-browser book site test unit notebooks browser lab execute bench clean
+
+setup:
+	@scripts/setup.sh
+
+setup-browser:
+	@scripts/setup.sh --browser
+
+book: setup site
+	@echo "Site: $(abspath $(SITE))/index.html"
+
+# Built from the stored outputs; nbval is what executes the notebooks.
+site:
+	@$(PY) scripts/build_site.py
+
+unit:
+	$(PY) -m pytest -q tests
+
+notebooks:
+	$(PY) -m pytest -q --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks
+
+browser:
+	$(PY) scripts/check_site.py $(SITE)
+
+test: setup-browser
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory notebooks
+	$(MAKE) --no-print-directory site
+	$(MAKE) --no-print-directory browser
+
+# JupyterLab on the chapters, with the venv's kernel.
+lab: setup
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+# Authors: re-execute a notebook in place, top to bottom (make execute NB=notebooks/01_define_by_run.ipynb).
+execute: setup
+	@test -n "$(NB)" || { echo "usage: make execute NB=notebooks/<chapter>.ipynb"; exit 2; }
+	$(PY) scripts/execute_notebook.py $(NB)
+
+bench: setup
+	$(PY) benchmarks/graph_scale.py
+	$(PY) benchmarks/memory_overhead.py
+
+clean:
+	rm -rf _build
