@@ -1,0 +1,173 @@
+"""Matplotlib views of memory and gradient records. They read the dataclass
+records only; nothing here touches torch.
+
+Figures are made with pyplot and closed before they are returned, so a notebook
+shows each one once (as the cell's value) and no global figure state leaks.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .recorder import CATEGORIES, PHASES
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from .gradtrace import GradTraceRecord
+    from .memory import MemoryRecord
+
+__all__ = ["CATEGORY_COLORS", "PHASE_COLORS", "plot_memory", "plot_memory_compare", "plot_gradtrace",
+           "byte_unit"]
+
+# Fixed colours so the same category looks the same in every chapter.
+CATEGORY_COLORS: dict[str, str] = {
+    "parameter": "#4c72b0",
+    "gradient": "#dd8452",
+    "optimizer_state": "#8172b3",
+    "input": "#937860",
+    "activation": "#55a868",
+    "temporary": "#c44e52",
+}
+PHASE_COLORS: dict[str, str] = {
+    "forward": "#a6cee3",
+    "backward": "#fdbf6f",
+    "optimizer": "#cab2d6",
+    "zero_grad": "#b2df8a",
+    "other": "#ffffff",
+}
+_MiB, _GiB = 2 ** 20, 2 ** 30
+
+
+def byte_unit(nbytes: float) -> tuple[str, int]:
+    """("GiB", 2**30) from one GiB up, else ("MiB", 2**20): binary units throughout."""
+    return ("GiB", _GiB) if nbytes >= _GiB else ("MiB", _MiB)
+
+
+def _new_axes(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:
+    if ax is not None:
+        return ax.figure, ax
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size, layout="constrained")
+    plt.close(fig)
+    return fig, ax
+
+
+def _phase_runs(phases: Sequence[str]) -> list[tuple[str, int, int]]:
+    runs: list[tuple[str, int, int]] = []
+    for i, ph in enumerate(phases):
+        if runs and runs[-1][0] == ph:
+            runs[-1] = (ph, runs[-1][1], i)
+        else:
+            runs.append((ph, i, i))
+    return runs
+
+
+def _draw_memory(ax: Axes, record: MemoryRecord, unit: tuple[str, int], title: str | None,
+                 legend: bool) -> None:
+    from matplotlib.patches import Patch
+
+    name, scale = unit
+    samples = record.samples
+    x = [s.index for s in samples]
+    ys = [[s.bytes[c] / scale for s in samples] for c in CATEGORIES]
+    for ph, a, b in _phase_runs([s.phase for s in samples]):
+        if ph != "other":
+            ax.axvspan(a, b + 1, color=PHASE_COLORS[ph], alpha=0.35, lw=0, zorder=0)
+    ax.stackplot(x, *ys, labels=CATEGORIES, colors=[CATEGORY_COLORS[c] for c in CATEGORIES],
+                 step="post", zorder=2)
+    peak = record.peak
+    if peak is not None:
+        top = peak.total / scale
+        ax.axvline(peak.index, color="black", ls="--", lw=0.8, zorder=3)
+        ax.plot([peak.index], [top], marker="v", color="black", zorder=4)
+        ax.annotate(f"peak {top:.2f} {name}\nafter {peak.op} ({peak.phase})", (peak.index, top),
+                    xytext=(0.02, 0.97), textcoords="axes fraction", va="top", fontsize=8,
+                    arrowprops={"arrowstyle": "->", "lw": 0.6}, zorder=5)
+    ax.set_xlabel("sample (one per allocating op)")
+    ax.set_ylabel(f"live memory ({name})")
+    ax.set_xlim(0, max(len(samples), 1))
+    ax.set_ylim(0, max(peak.total / scale if peak else 0, 1e-9) * 1.25)
+    ax.set_title(title if title is not None else f"memory on {record.device}")
+    if legend:
+        handles, labels = ax.get_legend_handles_labels()
+        present = [p for p in PHASES if p != "other" and any(s.phase == p for s in samples)]
+        handles = handles[::-1] + [Patch(color=PHASE_COLORS[p], alpha=0.35) for p in present]
+        labels = labels[::-1] + [f"phase: {p}" for p in present]
+        ax.legend(handles, labels, loc="upper right", fontsize=7, framealpha=0.9)
+
+
+def plot_memory(record: MemoryRecord, ax: Axes | None = None, title: str | None = None) -> Figure:
+    """Stacked live bytes by category over the samples, phase bands behind."""
+    fig, ax = _new_axes(ax, (9, 4))
+    peak = record.peak
+    _draw_memory(ax, record, byte_unit(peak.total if peak else 0), title, legend=True)
+    return fig
+
+
+def plot_memory_compare(records: Sequence[MemoryRecord], titles: Sequence[str]) -> Figure:
+    """One panel per record, sharing the y axis so the heights compare directly."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(records), figsize=(4.5 * len(records), 4), sharey=True,
+                             layout="constrained", squeeze=False)
+    plt.close(fig)
+    top = max((r.peak.total for r in records if r.peak is not None), default=0)
+    unit = byte_unit(top)
+    for i, (ax, rec, title) in enumerate(zip(axes[0], records, titles)):
+        _draw_memory(ax, rec, unit, title, legend=i == len(records) - 1)
+        if i:
+            ax.set_ylabel("")
+    axes[0][0].set_ylim(0, max(top / unit[1], 1e-9) * 1.25)
+    return fig
+
+
+_EVENT_STYLE = {"zero_grad": ("#2ca02c", ":"), "step": ("#d62728", "--"), "allreduce": ("#9467bd", "-.")}
+
+
+def plot_gradtrace(record: GradTraceRecord, ax: Axes | None = None, title: str | None = None,
+                   params: Sequence[str] | None = None) -> Figure:
+    """Grad norm per parameter after each backward; zero_grad and step are
+    vertical lines between backwards, all-reduce a line at its backward."""
+    names = list(record.params if params is None else params)
+    unknown = [n for n in names if n not in record.params]
+    if unknown:
+        raise ValueError(f"unknown parameters {unknown}; traced parameters are {list(record.params)}")
+    fig, ax = _new_axes(ax, (8, 4))
+    for name in names:
+        pts = [(e.micro_step, e.norm) for e in record.events
+               if e.kind == "backward" and e.param == name and e.norm is not None]
+        if pts:
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, marker="o", ms=4, label=name)
+    # Events after backward k sit between k and k+1, in the order they happened.
+    gaps: dict[int, list[str]] = {}
+    for e in record.events:
+        if e.kind in ("zero_grad", "step"):
+            kinds = gaps.setdefault(e.micro_step, [])
+            if not kinds or kinds[-1] != e.kind:  # one line per zero_grad call, not per parameter
+                kinds.append(e.kind)
+    seen: set[str] = set()
+    for k, kinds in sorted(gaps.items()):
+        for j, kind in enumerate(kinds):
+            color, ls = _EVENT_STYLE[kind]
+            ax.axvline(k + (j + 1) / (len(kinds) + 1), color=color, ls=ls, lw=1.2,
+                       label=kind if kind not in seen else None)
+            seen.add(kind)
+    for k in sorted({e.micro_step for e in record.events if e.kind == "allreduce"}):
+        color, ls = _EVENT_STYLE["allreduce"]
+        ax.axvline(k, color=color, ls=ls, lw=1.0, alpha=0.7,
+                   label="allreduce" if "allreduce" not in seen else None)
+        seen.add("allreduce")
+    steps = sorted({e.micro_step for e in record.events if e.kind == "backward"})
+    if steps:
+        ax.set_xticks(steps)
+    ax.set_xlabel("backward call (micro-step)")
+    ax.set_ylabel("‖grad‖₂ after the event")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title if title is not None else "gradient accumulation trace")
+    if names or seen:
+        ax.legend(fontsize=7, loc="upper left")
+    return fig

@@ -1,0 +1,452 @@
+"""The one event recorder behind the memory timeline and the gradient trace.
+
+Two parts, both plain recording with no drawing:
+
+* `TrainingHooks` installs the hooks a training step offers (root-module forward
+  pre/post hooks, a tensor hook and a post-accumulate-grad hook per parameter,
+  optimizer step pre/post hooks, wrapped ``zero_grad``) and forwards each event
+  to a listener. `MemoryTracker` and `GradTrace` are two such listeners.
+* `StorageLedger` is a ``TorchDispatchMode`` that sees every aten op's outputs
+  and keeps one entry per live untyped storage, so bytes are exact even when many
+  views share a storage. A weak reference on each storage reports its free the
+  moment it happens. A ``saved_tensors_hooks`` pair counts how many autograd
+  nodes hold each storage, which is what "activation" means here.
+
+Category precedence (highest wins; every live byte is in exactly one category):
+``parameter > gradient > optimizer_state > input > activation > temporary``.
+So a weight saved by ``mm`` for backward stays "parameter", a model input saved
+by the first layer stays "input", and an activation stops being one when the
+graph that saved it is freed (it falls back to "temporary" if still alive).
+A storage that first turns from "temporary" into any other category is
+re-labelled back to its birth: Adam's ``exp_avg`` is optimizer state from the
+``zeros_like`` that made it, not only from the step hook that names it.
+"""
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = [
+    "CATEGORIES",
+    "PHASES",
+    "StorageLedger",
+    "TrainingHooks",
+    "HookListener",
+    "iter_tensors",
+]
+
+#: Memory categories, in precedence order (also the stacking order of the plots).
+CATEGORIES: tuple[str, ...] = (
+    "parameter", "gradient", "optimizer_state", "input", "activation", "temporary",
+)
+#: Phases a sample can belong to.
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "zero_grad", "other")
+
+_PARAM, _GRAD, _OPT, _INPUT, _ACT, _TEMP = range(6)
+_ROLE_BITS = {"parameter": 1, "gradient": 2, "optimizer_state": 4, "input": 8}
+
+
+def iter_tensors(obj: Any) -> Iterable[torch.Tensor]:
+    """Tensors in ``obj`` and in (nested) tuples, lists and dict values."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for item in obj:
+            yield from iter_tensors(item)
+    elif isinstance(obj, Mapping):
+        for item in obj.values():
+            yield from iter_tensors(item)
+
+
+class _Live(weakref.ref):
+    """One live storage: a weak reference to it plus what we know about it."""
+
+    __slots__ = ("key", "nbytes", "cat", "roles", "saved", "born", "relabelled")
+
+
+class _Saved:
+    """What the pack hook hands autograd: the saved tensor plus a ticket that
+    tells the ledger, when autograd drops it, that one holder fewer remains."""
+
+    __slots__ = ("tensor", "entry", "ledger")
+
+    def __init__(self, tensor: torch.Tensor, entry: _Live, ledger: StorageLedger) -> None:
+        self.tensor = tensor
+        self.entry = entry
+        self.ledger = ledger
+
+    def __del__(self) -> None:
+        self.ledger._unsave(self.entry)
+
+
+def _storage(t: torch.Tensor) -> torch.UntypedStorage | None:
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # sparse, nested and other storage-less layouts
+        return None
+
+
+class StorageLedger(TorchDispatchMode):
+    """Live bytes per category on one device, sampled after every allocating op.
+
+    Samples are kept as parallel lists (cheap to append in the hot path); the
+    memory module turns them into dataclass records.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+        self.phase = "other"
+        self.cur = [0] * len(CATEGORIES)
+        self.total = 0
+        self.peak_total = 0
+        self.peak_index = -1
+        self.s_bytes: list[list[int]] = []
+        self.s_phase: list[str] = []
+        self.s_op: list[str] = []
+        self.s_step: list[int] = []
+        self.s_cuda: list[tuple[int, int] | None] = []
+        self.steps = 0  # optimizer steps seen so far
+        self._live: dict[int, _Live] = {}
+        self._op_info: dict[Any, tuple[bool, bool, str]] = {}
+        self._active = False
+        self._sample_cuda = device.type == "cuda"
+        self._backward_open = False
+        self._hooks_ctx: Any = None
+
+    # --- lifetime --------------------------------------------------------------
+    def start(self) -> None:
+        self._active = True
+        self._hooks_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks_ctx.__enter__()
+        self.__enter__()
+
+    def stop(self) -> None:
+        self.__exit__(None, None, None)
+        self._hooks_ctx.__exit__(None, None, None)
+        self.sample("end")
+        self._active = False
+        # Dropping the weak references first means no callback fires after this.
+        self._live = {}
+
+    # --- storage registry ------------------------------------------------------
+    def _register(self, st: torch.UntypedStorage, born: int | None) -> _Live | None:
+        if st.device != self.device:
+            return None
+        e = _Live(st, self._freed)
+        e.key = st._cdata
+        e.nbytes = st.nbytes()
+        e.cat = _TEMP
+        e.roles = 0
+        e.saved = 0
+        e.born = born
+        e.relabelled = born is None
+        self._live[st._cdata] = e
+        self.cur[_TEMP] += e.nbytes
+        self.total += e.nbytes
+        return e
+
+    def _freed(self, e: _Live) -> None:
+        if not self._active:
+            return
+        if self._live.get(e.key) is e:
+            del self._live[e.key]
+        self.cur[e.cat] -= e.nbytes
+        self.total -= e.nbytes
+
+    def _category(self, e: _Live) -> int:
+        roles = e.roles
+        if roles & 1:
+            return _PARAM
+        if roles & 2:
+            return _GRAD
+        if roles & 4:
+            return _OPT
+        if roles & 8:
+            return _INPUT
+        return _ACT if e.saved else _TEMP
+
+    def _recategorise(self, e: _Live) -> None:
+        new = self._category(e)
+        old = e.cat
+        if new == old:
+            return
+        nb = e.nbytes
+        self.cur[old] -= nb
+        self.cur[new] += nb
+        if old == _TEMP and not e.relabelled:
+            # First real label: it has been this since birth (see module docstring).
+            for row in self.s_bytes[e.born:]:
+                row[_TEMP] -= nb
+                row[new] += nb
+        e.relabelled = True
+        e.cat = new
+
+    def entry(self, t: torch.Tensor, *, register: bool = True) -> _Live | None:
+        st = _storage(t)
+        if st is None:
+            return None
+        e = self._live.get(st._cdata)
+        if e is None and register:
+            e = self._register(st, None)
+        return e
+
+    def mark(self, tensors: Iterable[torch.Tensor], role: str, label: str | None) -> None:
+        """Give ``tensors``' storages ``role``; register the ones not seen yet.
+        A sample labelled ``label`` follows when that added bytes (None: no sample)."""
+        if not self._active:
+            return
+        bit = _ROLE_BITS[role]
+        before = self.total
+        for t in tensors:
+            e = self.entry(t)
+            if e is None or e.roles & bit:
+                continue
+            e.roles |= bit
+            self._recategorise(e)
+        if self.total > before and label is not None:  # newly counted bytes can make a new peak
+            self.sample(label)
+
+    # --- saved tensors -----------------------------------------------------------
+    def _pack(self, t: torch.Tensor) -> Any:
+        e = self.entry(t) if self._active else None
+        if e is None:  # not on the watched device; detach() for the same reason as below
+            return t.detach()
+        before = self.total
+        e.saved += 1
+        if e.saved == 1:
+            self._recategorise(e)
+        if self.total > before:
+            self.sample("saved for backward")
+        # detach(): holding the output itself would make a cycle through its grad_fn.
+        return _Saved(t.detach(), e, self)
+
+    @staticmethod
+    def _unpack(packed: Any) -> torch.Tensor:
+        return packed.tensor if type(packed) is _Saved else packed
+
+    def _unsave(self, e: _Live) -> None:
+        if not self._active:
+            return
+        e.saved -= 1
+        if e.saved == 0:
+            self._recategorise(e)
+
+    # --- samples ---------------------------------------------------------------
+    def current_phase(self) -> str:
+        return "backward" if torch._C._current_graph_task_id() != -1 else self.phase
+
+    def sample(self, op: str) -> None:
+        self.s_bytes.append(self.cur.copy())
+        self.s_phase.append(self.current_phase())
+        self.s_op.append(op)
+        self.s_step.append(self.steps)
+        if self._sample_cuda:
+            self.s_cuda.append((torch.cuda.memory_allocated(self.device),
+                                torch.cuda.memory_reserved(self.device)))
+        else:
+            self.s_cuda.append(None)
+        if self.total > self.peak_total:
+            self.peak_total = self.total
+            self.peak_index = len(self.s_bytes) - 1
+
+    def _backward_done(self) -> None:
+        self._backward_open = False
+        if self._active:
+            self.sample("backward end")
+
+    # --- the hot path ----------------------------------------------------------
+    def _info(self, func: Any) -> tuple[bool, bool, str]:
+        info = self._op_info.get(func)
+        if info is None:
+            schema = func._schema
+            allocates = any(r.alias_info is None for r in schema.returns)
+            name = func.overloadpacket.__name__
+            resizes = name in ("resize_", "resize_as_", "set_") or func._overloadname.startswith("out")
+            info = (allocates, resizes, f"aten.{name}")
+            self._op_info[func] = info
+        return info
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        allocates, resizes, name = self._info(func)
+        if not (allocates or resizes) or not self._active:
+            return out
+        live = self._live
+        born = len(self.s_bytes)
+        grew = False
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if type(t) is not torch.Tensor and not isinstance(t, torch.Tensor):
+                continue
+            st = _storage(t)
+            if st is None:
+                continue
+            e = live.get(st._cdata)
+            if e is None:
+                if allocates and self._register(st, born) is not None:
+                    grew = True
+            elif resizes:
+                nb = st.nbytes()
+                if nb != e.nbytes:
+                    self.cur[e.cat] += nb - e.nbytes
+                    self.total += nb - e.nbytes
+                    e.nbytes = nb
+                    grew = True
+        if grew:
+            self.sample(name)
+            if not self._backward_open and torch._C._current_graph_task_id() != -1:
+                self._backward_open = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+        return out
+
+
+class HookListener(Protocol):
+    """What `TrainingHooks` calls. Every method is optional."""
+
+    def forward_start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None: ...
+    def forward_end(self) -> None: ...
+    def grad_incoming(self, name: str, param: nn.Parameter) -> None: ...
+    def grad_ready(self, name: str, param: nn.Parameter) -> None: ...
+    def zero_grad_start(self) -> None: ...
+    def zero_grad_end(self) -> None: ...
+    def step_start(self) -> None: ...
+    def step_end(self) -> None: ...
+
+
+def named_params(
+    model: nn.Module | None, optimizer: torch.optim.Optimizer | None
+) -> list[tuple[str, nn.Parameter]]:
+    """Unique parameters with stable names: the model's names first (without
+    DDP's ``module.`` prefix), then optimizer-only ones as ``group<g>.<i>``."""
+    out: list[tuple[str, nn.Parameter]] = []
+    seen: set[int] = set()
+    if model is not None:
+        inner = getattr(model, "module", None) if type(model).__name__ == "DistributedDataParallel" else None
+        for name, p in (inner or model).named_parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append((name, p))
+    if optimizer is not None:
+        for g, group in enumerate(optimizer.param_groups):
+            for i, p in enumerate(group["params"]):
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    out.append((f"group{g}.{i}", p))
+    return out
+
+
+def check_targets(model: Any, optimizer: Any) -> None:
+    if model is not None and not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
+
+
+class TrainingHooks:
+    """Installs the training-step hooks on ``model``/``optimizer`` and forwards
+    each event to ``listener``; `remove` undoes everything it installed."""
+
+    def __init__(self, listener: Any, model: nn.Module | None,
+                 optimizer: torch.optim.Optimizer | None) -> None:
+        check_targets(model, optimizer)
+        self.listener = listener
+        self.model = model
+        self.optimizer = optimizer
+        self.params = named_params(model, optimizer)
+        self._handles: list[Any] = []
+        self._wrapped: list[tuple[Any, bool, Any]] = []
+
+    def _call(self, event: str, *args: Any) -> None:
+        fn = getattr(self.listener, event, None)
+        if fn is not None:
+            fn(*args)
+
+    def install(self) -> None:
+        if self.model is not None:
+            self._handles.append(self.model.register_forward_pre_hook(
+                lambda mod, args, kwargs: self._call("forward_start", args, kwargs), with_kwargs=True))
+            self._handles.append(self.model.register_forward_hook(
+                lambda mod, args, out: self._call("forward_end")))
+        for name, p in self.params:
+            if not p.requires_grad:
+                continue
+            self._handles.append(p.register_hook(self._incoming_hook(name, p)))
+            self._handles.append(p.register_post_accumulate_grad_hook(self._ready_hook(name)))
+        if self.optimizer is not None:
+            self._handles.append(self.optimizer.register_step_pre_hook(
+                lambda opt, args, kwargs: self._call("step_start")))
+            self._handles.append(self.optimizer.register_step_post_hook(
+                lambda opt, args, kwargs: self._call("step_end")))
+        for owner in (self.optimizer, self.model):
+            if owner is not None:
+                self._wrap_zero_grad(owner)
+
+    def _incoming_hook(self, name: str, p: nn.Parameter) -> Callable[[torch.Tensor], None]:
+        # A tensor hook on a leaf runs before AccumulateGrad, so .grad is still the old one.
+        def hook(grad: torch.Tensor) -> None:
+            self._call("grad_incoming", name, p)
+        return hook
+
+    def _ready_hook(self, name: str) -> Callable[[torch.Tensor], None]:
+        def hook(p: torch.Tensor) -> None:
+            self._call("grad_ready", name, p)
+        return hook
+
+    def _wrap_zero_grad(self, owner: Any) -> None:
+        had_own = "zero_grad" in vars(owner)
+        original = owner.zero_grad
+
+        def zero_grad(*args: Any, **kwargs: Any) -> Any:
+            self._call("zero_grad_start")
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._call("zero_grad_end")
+
+        object.__setattr__(owner, "zero_grad", zero_grad)
+        self._wrapped.append((owner, had_own, original))
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        for owner, had_own, original in reversed(self._wrapped):
+            if had_own:
+                object.__setattr__(owner, "zero_grad", original)
+            else:
+                object.__delattr__(owner, "zero_grad")
+        self._wrapped.clear()
+
+
+def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Every tensor in ``optimizer.state`` (Adam's exp_avg, exp_avg_sq, step...)."""
+    return [t for st in optimizer.state.values() for t in iter_tensors(st)]
+
+
+def model_tensors(model: nn.Module) -> list[torch.Tensor]:
+    return [*model.parameters(), *model.buffers()]
+
+
+def as_device(device: torch.device | str | None, tensors: Sequence[torch.Tensor]) -> torch.device:
+    """The device to watch: the given one, else the one all ``tensors`` live on, else CPU."""
+    if device is None:
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            raise ValueError(
+                f"the model/optimizer tensors live on several devices {sorted(map(str, devices))}; "
+                "pass device=... to say which one to track")
+        dev = devices.pop() if devices else torch.device("cpu")
+    else:
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise TypeError(f"device must be a torch.device or a string like 'cpu' or 'cuda:0', got {device!r}") from err
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev

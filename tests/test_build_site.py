@@ -1,0 +1,131 @@
+"""scripts/build_site.py: the question list, the index's anchors, and failing loudly.
+
+The end-to-end tests build a real (small) site in a temporary copy of book/, with a chapter
+notebook made on the fly, and read the anchors back from the HTML Sphinx wrote: Sphinx is the
+oracle for what an anchor is called.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _load_build_site():
+    spec = importlib.util.spec_from_file_location("build_site", REPO / "scripts" / "build_site.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("build_site", module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+bs = _load_build_site()
+QUESTIONS = bs.load_questions(REPO / bs.QUESTIONS_YML)
+
+
+def test_canonical_question_list() -> None:
+    assert [q.number for q in QUESTIONS] == list(range(1, 51))
+    assert sorted({q.chapter for q in QUESTIONS}) == list(range(1, 11))
+    chapters = [q.chapter for q in QUESTIONS]
+    assert chapters == sorted(chapters), "questions must run through the chapters in order"
+    assert all(q.text.endswith(("?", ".")) for q in QUESTIONS)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [(lambda t: t.replace("{number: 7,", "{number: 70,"), "numbered 1..50"),
+     (lambda t: t.replace("  - number: 2\n", "  - number: 3\n", 1), "chapter 2 is numbered 3"),
+     (lambda t: "just a string\n", "'chapters' list")],  # fmt: skip
+)
+def test_load_questions_rejects_broken_lists(tmp_path: Path, edit, message: str) -> None:
+    path = tmp_path / "questions.yml"
+    path.write_text(edit((REPO / bs.QUESTIONS_YML).read_text()))
+    with pytest.raises(bs.SiteError, match=message):
+        bs.load_questions(path)
+
+
+def test_find_chapters_rejects_bad_names(tmp_path: Path) -> None:
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    nbformat.write(new_notebook(), nbdir / "02_tensors.ipynb")
+    assert bs.find_chapters(nbdir, 10) == {2: nbdir / "02_tensors.ipynb"}
+    nbformat.write(new_notebook(), nbdir / "Untitled.ipynb")
+    with pytest.raises(bs.SiteError, match="<NN>_"):
+        bs.find_chapters(nbdir, 10)
+    (nbdir / "Untitled.ipynb").unlink()
+    nbformat.write(new_notebook(), nbdir / "02_other.ipynb")
+    with pytest.raises(bs.SiteError, match="two notebooks for chapter 2"):
+        bs.find_chapters(nbdir, 10)
+
+
+def test_external_references(tmp_path: Path) -> None:
+    (tmp_path / "a.html").write_text(
+        '<a href="https://pytorch.org/docs">docs</a><link rel="canonical" href="https://x.org/a.html">'
+        '<script src="../_static/local.js"></script>'
+    )
+    assert bs.external_references(tmp_path) == []
+    (tmp_path / "b.html").write_text('<script async src="https://unpkg.com/thebe/lib/index.js"></script>')
+    (tmp_path / "c.css").write_text("@font-face { src: url('https://fonts.gstatic.com/x.woff2'); }")
+    (tmp_path / "d.html").write_text('<link rel="stylesheet" href="//cdn.example.com/a.css">')
+    found = bs.external_references(tmp_path)
+    assert [f.split(":")[0] for f in found] == ["b.html", "d.html", "c.css"]
+
+
+# --- end to end: a small site built by Sphinx ----------------------------------------------
+
+TRICKY = 1  # Q1 gets inline code and punctuation in its heading, the hard case for anchors
+
+
+def _chapter_one(path: Path, *, drop: int | None = None, extra_md: str = "") -> None:
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cells = [new_markdown_cell("# Chapter 1: test chapter\n\nMath: $y = w x$." + extra_md)]
+    for q in (q for q in QUESTIONS if q.chapter == 1 and q.number != drop):
+        title = q.text if q.number != TRICKY else "Why is `optimizer.zero_grad()` *mandatory* (really)?"
+        cells.append(new_markdown_cell(f"## Q{q.number}. {title}\n\nAnswer."))
+    cell = new_code_cell("print(1)", execution_count=1, outputs=[new_output("stream", name="stdout", text="1\n")])
+    nb.cells = cells + [cell, new_markdown_cell("## Check yourself\n\nDo it."), new_markdown_cell("## Summary\n\n- done")]
+    nbformat.write(nb, path)
+
+
+@pytest.fixture()
+def site_root(tmp_path: Path) -> Path:
+    shutil.copytree(REPO / "book", tmp_path / "book", ignore=shutil.ignore_patterns("questions.md"))
+    (tmp_path / "notebooks").mkdir()
+    return tmp_path
+
+
+def test_build_links_every_question_to_an_existing_anchor(site_root: Path) -> None:
+    _chapter_one(site_root / "notebooks" / "01_test.ipynb")
+    index = bs.build(site_root)
+    site = index.parent
+    questions_html = (site / "book" / "questions.html").read_text()
+    chapter_html = (site / "notebooks" / "01_test.html").read_text()
+    ids = set(re.findall(r'id="([^"]+)"', chapter_html))
+    links = re.findall(r'href="\.\./notebooks/01_test\.html#([^"]+)"', questions_html)
+    n_ch1 = sum(q.chapter == 1 for q in QUESTIONS)
+    assert len(links) == n_ch1 and set(links) <= ids
+    assert questions_html.count("coming") == len(QUESTIONS) - n_ch1 + 1  # + the sentence explaining it
+    # MathJax is the site's own copy, and nothing loads from another host.
+    assert (site / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    assert "_static/mathjax/tex-chtml.js" in chapter_html and "THEBE_JS_URL" not in chapter_html
+
+
+def test_build_fails_on_a_missing_question_heading(site_root: Path) -> None:
+    _chapter_one(site_root / "notebooks" / "01_test.ipynb", drop=2)
+    with pytest.raises(bs.SiteError, match="no heading '## Q2"):
+        bs.build(site_root)
+
+
+def test_build_fails_on_a_broken_reference(site_root: Path) -> None:
+    _chapter_one(site_root / "notebooks" / "01_test.ipynb", extra_md="\n\nSee [there](#no-such-section).")
+    with pytest.raises(bs.SiteError, match="no-such-section"):
+        bs.build(site_root)

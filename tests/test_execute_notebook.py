@@ -1,0 +1,81 @@
+"""scripts/execute_notebook.py stores a notebook as a fresh top-to-bottom run would leave it."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+ex = _load("execute_notebook")
+
+
+def _messy_notebook(path: Path, *, tag_the_error: bool = True) -> None:
+    """Run out of order in some session, with editor noise in the metadata."""
+    nb = new_notebook()
+    nb.metadata.update({"kernelspec": {"name": "myenv", "display_name": "My env", "language": "python"},
+                        "widgets": {"state": {}}, "language_info": {"name": "python", "version": "3.11.7"}})  # fmt: skip
+    stale = [new_output("stream", name="stdout", text="stale\n")]
+    raising = new_code_cell("raise ValueError('on purpose')", execution_count=2)
+    if tag_the_error:
+        raising.metadata["tags"] = ["raises-exception"]
+    nb.cells = [
+        new_markdown_cell("# Title"),
+        new_code_cell("import os\nx = 6 * 7", execution_count=9, metadata={"execution": {"iopub.status.busy": "t"}}),
+        new_code_cell("print(x, os.getcwd() == OUR_DIR)".replace("OUR_DIR", repr(str(path.parent.resolve()))),
+                      execution_count=3, outputs=stale, metadata={"collapsed": True, "tags": ["keep"]}),  # fmt: skip
+        new_code_cell("", execution_count=5, outputs=stale),
+        raising,
+        new_code_cell("x + 1", execution_count=1),
+    ]
+    nbformat.write(nb, path)
+
+
+def test_execute_renumbers_runs_and_cleans(tmp_path: Path) -> None:
+    path = tmp_path / "01_test.ipynb"
+    _messy_notebook(path)
+    seconds = ex.execute_notebook(path)
+    assert seconds > 0
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == [1, 2, None, 3, 4]
+    assert code[1].outputs[0].text == "42 True\n"  # ran in the notebook's own folder
+    assert code[1].metadata == {"tags": ["keep"]} and code[0].metadata == {}
+    assert code[2].outputs == []
+    assert code[3].outputs[0].output_type == "error" and code[3].outputs[0].ename == "ValueError"
+    assert code[4].outputs[0].data["text/plain"] == "43" and code[4].outputs[0].execution_count == 4
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert "widgets" not in nb.metadata and "version" not in nb.metadata["language_info"]
+
+
+def test_untagged_error_stops_and_leaves_the_file(tmp_path: Path) -> None:
+    from nbclient.exceptions import CellExecutionError
+
+    path = tmp_path / "01_test.ipynb"
+    _messy_notebook(path, tag_the_error=False)
+    before = path.read_bytes()
+    with pytest.raises(CellExecutionError, match="on purpose"):
+        ex.execute_notebook(path)
+    assert path.read_bytes() == before
+    assert ex.main([str(path)]) == 1
+
+
+def test_rejects_bad_paths(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not an existing .ipynb"):
+        ex.execute_notebook(tmp_path / "missing.ipynb")
+    with pytest.raises(TypeError, match="pathlib.Path"):
+        ex.execute_notebook("notebooks/01.ipynb")

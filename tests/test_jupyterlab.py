@@ -1,0 +1,169 @@
+"""`make lab` works: JupyterLab serves the chapters and runs code in the venv's kernel.
+
+Starts the same server `make lab` starts, headless on a free loopback port, then goes through
+the server the way the browser does: the REST API lists and opens the chapter notebooks, a
+`python3` kernel starts, and a cell sent over the kernel's websocket imports autogradviz and
+torch from this environment. The server's whole process group is stopped at the end.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO / "notebooks"
+JUPYTER = Path(sys.executable).parent / "jupyter"
+START_TIMEOUT_S = 30
+CELL_TIMEOUT_S = 30
+
+pytestmark = pytest.mark.skipif(not JUPYTER.exists(), reason=f"{JUPYTER} not found; run `make setup`")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class _Server:
+    """Just enough of a REST client for the test, with the token in every request."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.token = token
+
+    def call(self, method: str, path: str, body: dict | None = None) -> dict | list | None:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Authorization", f"token {self.token}")
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+
+def _execute_over_websocket(port: int, token: str, kernel_id: str, code: str) -> tuple[str, str]:
+    """Send one execute_request on the kernel's channels websocket; return (status, stdout)."""
+    import websocket  # websocket-client, a dependency of jupyter_server
+
+    ws = websocket.create_connection(
+        f"ws://127.0.0.1:{port}/api/kernels/{kernel_id}/channels?token={token}", timeout=CELL_TIMEOUT_S
+    )
+    try:
+        msg_id = uuid.uuid4().hex
+        ws.send(json.dumps({
+            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "test",
+                       "session": uuid.uuid4().hex, "version": "5.3"},
+            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+            "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
+                        "allow_stdin": False, "stop_on_error": True},
+        }))  # fmt: skip
+        stdout, status, idle = [], None, False
+        deadline = time.monotonic() + CELL_TIMEOUT_S
+        while (status is None or not idle) and time.monotonic() < deadline:
+            msg = json.loads(ws.recv())
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = msg["header"]["msg_type"]
+            if kind == "stream" and msg["content"]["name"] == "stdout":
+                stdout.append(msg["content"]["text"])
+            elif kind == "error":
+                stdout.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
+            elif kind == "execute_reply":
+                status = msg["content"]["status"]
+            elif kind == "status" and msg["content"]["execution_state"] == "idle":
+                idle = True
+        return status or "no reply", "".join(stdout)
+    finally:
+        ws.close()
+
+
+def test_jupyterlab_serves_chapters_and_runs_a_cell(tmp_path: Path) -> None:
+    import torch
+
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces")}  # fmt: skip
+    cmd = [
+        str(JUPYTER), "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+        f"--ServerApp.token={token}", "--ServerApp.open_browser=False", "--ServerApp.port_retries=0",
+        "--ServerApp.allow_root=True", f"--notebook-dir={NOTEBOOKS}",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]  # fmt: skip
+    log = (tmp_path / "lab.log").open("w")
+    # Its own session, so the server and every kernel it starts can be stopped as one group.
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = _Server(port, token)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert proc.poll() is None, f"jupyter lab exited with {proc.returncode}:\n{(tmp_path / 'lab.log').read_text()}"
+            try:
+                server.call("GET", "/api/status")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline, f"jupyter lab did not answer in {START_TIMEOUT_S} s"
+                time.sleep(0.3)
+
+        # Without the token the server refuses: the check above really went through authentication.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{server.base}/api/contents", timeout=10)
+        assert refused.value.code == 403
+
+        listing = server.call("GET", "/api/contents")
+        listed = sorted(item["name"] for item in listing["content"] if item["type"] == "notebook")
+        assert listed == sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+        for name in listed:
+            model = server.call("GET", f"/api/contents/{name}")
+            assert model["type"] == "notebook" and model["content"]["nbformat"] == 4, name
+
+        spec = server.call("GET", "/api/kernelspecs")["kernelspecs"]["python3"]["spec"]
+        # Compare unresolved paths: a venv's python is a symlink to the base interpreter.
+        assert Path(os.path.abspath(spec["argv"][0])).is_relative_to(os.path.abspath(sys.prefix)), (
+            f"the python3 kernel runs {spec['argv'][0]}, not this environment ({sys.prefix}); run `make setup`"
+        )
+        kernel = server.call("POST", "/api/kernels", {"name": "python3"})
+        code = (
+            "import autogradviz, torch, pathlib\n"
+            "print(torch.__version__)\n"
+            "print(pathlib.Path(autogradviz.__file__).resolve().parent.parent)\n"
+        )
+        status, out = _execute_over_websocket(port, token, kernel["id"], code)
+        assert status == "ok", out
+        assert out.splitlines() == [torch.__version__, str(REPO)]
+        status, out = _execute_over_websocket(port, token, kernel["id"], "raise ValueError('on purpose')")
+        assert status == "error" and "ValueError: on purpose" in out
+        server.call("DELETE", f"/api/kernels/{kernel['id']}")
+        assert server.call("GET", "/api/kernels") == []
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        log.close()
+    assert not _port_open(port), f"port {port} still answers after the server was stopped"
+    with pytest.raises(ProcessLookupError):  # no process of the group is left
+        os.killpg(proc.pid, 0)

@@ -1,0 +1,121 @@
+"""Rendering: DOT without Graphviz, SVG/PNG/HTML with it, layout policy and fallbacks."""
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+import torch
+import torch.nn as nn
+
+import autogradviz as av
+from autogradviz import render
+
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` not installed")
+
+
+def _mlp_graph():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+    return av.trace(m(torch.randn(2, 3)).sum(), params=m)
+
+
+def _lstm_graph(steps: int):
+    torch.manual_seed(0)
+    cell = nn.LSTMCell(2, 3)
+    h = c = torch.zeros(1, 3)
+    for _ in range(steps):
+        h, c = cell(torch.randn(1, 2), (h, c))
+    return av.trace(h.sum(), params=cell)
+
+
+def test_no_dot_on_path_clear_error_and_dot_text_still_works(tmp_path, monkeypatch):
+    g = _mlp_graph()
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert shutil.which("dot") is None
+    with pytest.raises(av.GraphvizNotFound) as info:
+        g.svg()
+    msg = str(info.value)
+    assert "apt-get install graphviz" in msg and "conda install -c conda-forge graphviz" in msg
+    assert "to_dot()" in msg
+    with pytest.raises(av.GraphvizNotFound):
+        g.png()
+    assert g.to_dot().startswith("digraph")
+
+
+@needs_dot
+def test_svg_is_clean_and_deterministic():
+    g = _mlp_graph()
+    first = g.svg()
+    render._run_dot.cache_clear()
+    second = _mlp_graph().svg()
+    assert first == second
+    assert first.startswith("<svg") and "<!--" not in first and "graphviz version" not in first.lower()
+    # caption: node count and saved bytes
+    assert f"{g.num_functions} autograd Nodes" in first and "saved tensors" in first
+    assert g._repr_svg_() == first
+
+
+def test_saved_bytes_count_each_storage_once():
+    a = torch.randn(8, requires_grad=True)
+    y = (a * a).sum()  # MulBackward0 saves `a` twice: one storage
+    g = av.trace(y)
+    assert g.saved_bytes == a.untyped_storage().nbytes()
+    assert len([n for n in g.nodes if n.kind == "saved"]) == 2
+
+
+@needs_dot
+def test_png_html_and_save_by_suffix(tmp_path):
+    g = _mlp_graph()
+    assert g.png()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = g.html()
+    # self-contained: no external request of any kind
+    assert "<script" in page and "src=" not in page and "<link" not in page and "@import" not in page
+    urls = set(re.findall(r"https?://[^\s\"'<>)]+", page))
+    assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+    # every node's details reach the page
+    for n in g.nodes:
+        assert f'"n{n.id}":' in page
+    for suffix, check in [(".dot", lambda p: p.read_text().startswith("digraph")),
+                          (".svg", lambda p: p.read_text().startswith("<svg")),
+                          (".png", lambda p: p.read_bytes()[:4] == b"\x89PNG"),
+                          (".html", lambda p: p.read_text().startswith("<!DOCTYPE html>"))]:
+        path = tmp_path / f"g{suffix}"
+        g.save(path)
+        assert check(path), suffix
+    with pytest.raises(ValueError, match=r"\.dot, \.svg, \.png or \.html"):
+        g.save(tmp_path / "g.pdf")
+
+
+def test_hub_leaves_drawn_once_per_consumer():
+    g = _lstm_graph(12)
+    indeg = {}
+    for _, d in g.edges:
+        indeg[d] = indeg.get(d, 0) + 1
+    hubs = [n for n in g.function_nodes if n.name == "AccumulateGrad" and indeg.get(n.id, 0) > 4]
+    assert hubs, "each LSTMCell parameter is used at every step"
+    dot = g.to_dot()
+    for h in hubs:
+        copies = re.findall(rf"^  n{h.id}_\d+ \[", dot, flags=re.M)
+        assert len(copies) == indeg[h.id]
+        assert not re.search(rf"^  n{h.id} \[", dot, flags=re.M)
+    # below the limit a shared leaf stays one box (weight sharing is visible)
+    plain = g.to_dot(policy=av.LayoutPolicy(hub_copies=None))
+    assert all(re.search(rf"^  n{h.id} \[", plain, flags=re.M) for h in hubs)
+
+
+def test_policy_gets_cheaper_with_size():
+    small, big = render.choose_policy(_lstm_graph(2)), render.choose_policy(_lstm_graph(40))
+    assert small.saved and not small.cheap
+    assert big.cheap and not big.saved and "nslimit" in big.graph_attrs()
+
+
+@needs_dot
+def test_layout_timeout_falls_back_to_summary():
+    g = _lstm_graph(30)
+    render._run_dot.cache_clear()
+    svg = g.svg(timeout=1e-4)  # no layout can finish this fast
+    assert "showing Node counts" in svg
+    # the summary table lists each Node name with its count
+    n_acc = sum(1 for n in g.function_nodes if n.name == "AccumulateGrad")
+    assert re.search(rf">AccumulateGrad</text>.*?>{n_acc}</text>", svg, flags=re.S)

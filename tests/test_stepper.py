@@ -1,0 +1,111 @@
+"""backward_order(): the engine's real order, checked against the graph's constraints."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import torch.nn as nn
+
+import autogradviz as av
+from _oracle import reachable, start_nodes
+
+
+def _check_order(bo):
+    """Every Node runs after all Nodes that feed it gradient (its consumers in forward)."""
+    step = {s.node_id: s.index for s in bo.steps}
+    for s, d in bo.graph.edges:
+        if s in step and d in step:
+            assert step[s] < step[d], (bo.graph.nodes[s].name, bo.graph.nodes[d].name)
+    assert [s.index for s in bo.steps] == list(range(1, len(bo.steps) + 1))
+    assert all(bo.graph.nodes[s.node_id].step == s.index for s in bo.steps)
+
+
+def _mlp_loss():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 4), nn.GELU(), nn.Linear(4, 2))
+    x = torch.randn(5, 3)
+    return (m(x).softmax(-1) * m(x)).sum(), m
+
+
+def test_order_is_topological_and_every_node_runs():
+    loss, m = _mlp_loss()
+    nodes, _ = reachable(loss)
+    bo = av.backward_order(loss, params=m)
+    _check_order(bo)
+    assert len(bo) == len(nodes) == bo.graph.num_functions
+    assert bo.names[0] == loss.grad_fn.name()
+    assert all(p.grad is not None for p in m.parameters())
+
+
+def test_inputs_restricts_to_nodes_on_a_path():
+    loss, m = _mlp_loss()
+    target = m[2].weight
+    bo = av.backward_order(loss, inputs=[target])
+    _check_order(bo)
+    # oracle: Nodes from which target's AccumulateGrad is reachable
+    acc = start_nodes(target)[0]
+    nodes, _ = reachable(loss)
+    on_path = {n for n in nodes if acc in reachable_from(n)}
+    assert len(bo) == len(on_path) < len(nodes)
+    assert m[0].weight.grad is None and target.grad is not None
+
+
+def reachable_from(node):
+    seen, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(f for f, _ in n.next_functions if f is not None)
+    return seen
+
+
+def test_retain_graph_and_hooks_removed():
+    loss, m = _mlp_loss()
+    bo = av.backward_order(loss, retain_graph=True)
+    fired = len(bo._log)
+    assert fired == len(bo)
+    loss.backward(retain_graph=True)  # would append to the log again if any hook were left behind
+    assert len(bo._log) == fired
+    again = av.backward_order(loss)  # graph retained: it can run a second time
+    assert again.names == bo.names
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\(\) with create_graph=True")
+def test_double_backward_with_create_graph():
+    a = torch.randn(4, requires_grad=True)
+    y = (a.sin() * a).sum()
+    (g,) = torch.autograd.grad(y, a, create_graph=True)
+    z = g.pow(2).sum()
+    nodes, _ = reachable(z)
+    bo = av.backward_order(z, create_graph=True, inputs=[a])
+    _check_order(bo)
+    assert len(bo) == len(nodes)
+    assert a.grad is not None and a.grad.grad_fn is not None  # create_graph kept a graph
+    expected = torch.autograd.grad(torch.autograd.grad((a.sin() * a).sum(), a, create_graph=True)[0]
+                                   .pow(2).sum(), a)[0]
+    assert torch.allclose(a.grad, expected)
+
+
+def test_grad_argument_for_non_scalar_root():
+    a = torch.randn(3, requires_grad=True)
+    out = a * 3
+    bo = av.backward_order(out, grad=torch.ones(3))
+    assert bo.names == ["MulBackward0", "AccumulateGrad"]
+    assert torch.equal(a.grad, torch.full((3,), 3.0))
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` not installed")
+def test_animation_and_strip_are_offline_svg():
+    loss, m = _mlp_loss()
+    bo = av.backward_order(loss, params=m)
+    anim = bo.animation()._repr_svg_()
+    assert anim.startswith("<svg") and "<script" not in anim
+    assert anim.count("@keyframes") == len(bo)
+    loss2, m2 = _mlp_loss()
+    assert anim == av.backward_order(loss2, params=m2).animation()._repr_svg_()  # same program, same bytes
+    strip = bo.strip(max_frames=4)._repr_svg_()
+    assert strip.count("<svg") == 1 + 4 and "after step" in strip
+    with pytest.raises(ValueError):
+        bo.strip(max_frames=1)
