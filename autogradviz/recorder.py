@@ -274,7 +274,9 @@ class StorageLedger(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         out = func(*args, **(kwargs or {}))
-        allocates, resizes, name = self._info(func)
+        # Most ops are views or in-place: one cached dict lookup and out.
+        info = self._op_info.get(func) or self._info(func)
+        allocates, resizes, name = info
         if not (allocates or resizes) or not self._active:
             return out
         live = self._live

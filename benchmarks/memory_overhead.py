@@ -108,11 +108,14 @@ def bench(name: str, make: Callable[[], tuple[nn.Module, torch.Tensor]], repeats
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--only", choices=["mlp", "transformer"], default=None)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    bench("MLP 4x1024, batch 256", mlp, args.repeats)
-    bench("Transformer encoder 4x256, batch 16x64", transformer, args.repeats)
+    if args.only in (None, "mlp"):
+        bench("MLP 4x1024, batch 256", mlp, args.repeats)
+    if args.only in (None, "transformer"):
+        bench("Transformer encoder 4x256, batch 16x64", transformer, args.repeats)
 
 
 if __name__ == "__main__":

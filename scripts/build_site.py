@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -215,6 +216,9 @@ def build(root: Path = REPO) -> Path:
     if not target.exists() or target.read_text(encoding="utf-8") != index_md:
         target.write_text(index_md, encoding="utf-8")
 
+    site = root / "_build" / "html"
+    # Start empty: pages left from an earlier build (a renamed chapter) would still be served.
+    shutil.rmtree(site, ignore_errors=True)
     jb = Path(sys.executable).parent / "jupyter-book"
     cmd = [
         str(jb), "build", ".", "--config", str(CONFIG), "--toc", str(TOC), "--builder", "html",
@@ -228,7 +232,6 @@ def build(root: Path = REPO) -> Path:
         raise SiteError(f"Sphinx failed (exit {proc.returncode}):\n{output}")
     if "WARNING" in output or "ERROR" in output:
         raise SiteError(f"Sphinx reported problems:\n{output}")
-    site = root / "_build" / "html"
     index = site / "index.html"
     if not index.is_file():
         raise SiteError(f"the build finished but {index} is missing:\n{output}")

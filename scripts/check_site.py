@@ -260,9 +260,16 @@ def check_site(site: Path, shots: Path) -> SiteReport:
                 if rel == chapters[0]:
                     report.screenshots.append(shots / "ch01.png")
                     page.screenshot(path=str(shots / "ch01.png"))
-                    figure = page.locator("article .cell_output img, article .cell_output svg").first
-                    if figure.count():
-                        figure.scroll_into_view_if_needed()
+                    # Centre the first real figure (not an icon) for a picture of the chapter at work.
+                    found = page.evaluate(
+                        """() => {
+                          const fig = [...document.querySelectorAll('article .cell_output img, article .cell_output svg')]
+                            .find(e => e.getBoundingClientRect().height > 120);
+                          if (fig) fig.scrollIntoView({block: 'center'});
+                          return Boolean(fig);
+                        }"""
+                    )
+                    if found:
                         report.screenshots.append(shots / "ch01-figure.png")
                         page.screenshot(path=str(shots / "ch01-figure.png"))
             _check_question_index(page, base, report)

@@ -103,6 +103,7 @@ def site_root(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_build_links_every_question_to_an_existing_anchor(site_root: Path) -> None:
     _chapter_one(site_root / "notebooks" / "01_test.ipynb")
     index = bs.build(site_root)
@@ -125,6 +126,7 @@ def test_build_fails_on_a_missing_question_heading(site_root: Path) -> None:
         bs.build(site_root)
 
 
+@pytest.mark.slow
 def test_build_fails_on_a_broken_reference(site_root: Path) -> None:
     _chapter_one(site_root / "notebooks" / "01_test.ipynb", extra_md="\n\nSee [there](#no-such-section).")
     with pytest.raises(bs.SiteError, match="no-such-section"):

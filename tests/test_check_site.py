@@ -21,7 +21,10 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed (make setup-browser)")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed (make setup-browser)"),
+]
 
 
 def _load(name: str):

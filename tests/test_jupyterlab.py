@@ -28,7 +28,7 @@ JUPYTER = Path(sys.executable).parent / "jupyter"
 START_TIMEOUT_S = 30
 CELL_TIMEOUT_S = 30
 
-pytestmark = pytest.mark.skipif(not JUPYTER.exists(), reason=f"{JUPYTER} not found; run `make setup`")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not JUPYTER.exists(), reason=f"{JUPYTER} not found; run `make setup`")]
 
 
 def _free_port() -> int:

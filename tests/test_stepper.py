@@ -72,7 +72,7 @@ def test_retain_graph_and_hooks_removed():
     assert again.names == bo.names
 
 
-@pytest.mark.filterwarnings("ignore:Using backward\(\) with create_graph=True")
+@pytest.mark.filterwarnings(r"ignore:Using backward\(\) with create_graph=True")
 def test_double_backward_with_create_graph():
     a = torch.randn(4, requires_grad=True)
     y = (a.sin() * a).sum()
