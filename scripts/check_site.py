@@ -73,7 +73,7 @@ def _reexec_unshared(argv: list[str]) -> int | None:
     """Run this script again inside a fresh network namespace; None if that is not possible here."""
     if os.environ.get(UNSHARED_ENV) or os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
         return None
-    inner = f'ip link set lo up && exec "$0" "$@"'
+    inner = 'ip link set lo up && exec "$0" "$@"'
     cmd = ["unshare", "-n", "--", "sh", "-c", inner, sys.executable, str(Path(__file__).resolve()), *argv]
     probe = subprocess.run(["unshare", "-n", "--", "true"], capture_output=True)
     if probe.returncode != 0:  # e.g. inside a container without CAP_SYS_ADMIN
