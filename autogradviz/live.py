@@ -3,9 +3,19 @@
 Inside ``with live(model) as lg:``, a TorchFunctionMode sees every torch call;
 every `every` calls that produced a tensor with a grad_fn it snapshots the
 graph built so far (a `Graph` record) and, in a notebook, redraws it in place
-through an IPython display handle. On exit the display is set to the final
-graph, so a stored notebook output is the same in every run; the intermediate
-frames exist only live (and in ``lg.frames`` / ``lg.strip()``).
+through an IPython display handle. The intermediate frames exist only live (and
+in ``lg.frames`` / ``lg.strip()``); the stored output is the final frame.
+
+Why the display is done this way: the tools that store and check notebook
+outputs disagree about display updates. nbclient (nbconvert --execute,
+scripts/execute_notebook.py) applies ``update_display_data`` to the stored
+output it belongs to, so a handle ends on its last update; nbval ignores
+updates and compares the first ``display_data`` of each handle. A handle whose
+first and last content differ therefore never compares equal. So the live
+handle starts EMPTY (a display with no data: invisible in Jupyter and dropped
+by the static site), receives the frames as updates, is blanked again on exit,
+and the final frame is then shown by a fresh display with no id. Both tools
+then hold the same two outputs: [empty, final frame].
 """
 from __future__ import annotations
 
@@ -101,10 +111,17 @@ def live(model: torch.nn.Module | None = None, *, every: int = 1, display: bool 
     def draw(obj: Any) -> None:
         from IPython.display import display as ipy_display
 
+        if not handle:
+            # Empty first content: what nbval records for this handle (see module docstring).
+            handle.append(ipy_display({}, raw=True, display_id=True))
+        handle[0].update(obj)
+
+    def finish(obj: Any) -> None:
+        from IPython.display import display as ipy_display
+
         if handle:
-            handle[0].update(obj)
-        else:
-            handle.append(ipy_display(obj, display_id=True))
+            handle[0].update({}, raw=True)  # what nbclient stores for the handle: empty again
+        ipy_display(obj)  # the final frame as a plain output, identical in both tools
 
     def on_node(nodes: list[Any]) -> None:
         fresh = False
@@ -135,7 +152,7 @@ def live(model: torch.nn.Module | None = None, *, every: int = 1, display: bool 
             lg.frames.append(final)
         lg.graph = final
         if show:
-            draw(SVG(render_svg(final)))
+            finish(SVG(render_svg(final)))
     produced.clear()
     known.clear()
     consumed.clear()

@@ -1,11 +1,17 @@
-"""Shared pytest set-up: tests marked `gpu` run only where CUDA is present.
+"""Shared pytest set-up: scripts/ is importable, and tests marked `gpu` run only where CUDA is present.
 
 The marker is declared in pyproject.toml. torch is imported lazily, so collecting notebooks
 under nbval or the site's tests does not pay for it unless a gpu-marked test is collected.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# The site and notebook tools in scripts/ are plain scripts; their tests import them by name.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

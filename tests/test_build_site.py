@@ -6,7 +6,6 @@ oracle for what an anchor is called.
 """
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import sys
@@ -19,15 +18,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _load_build_site():
-    spec = importlib.util.spec_from_file_location("build_site", REPO / "scripts" / "build_site.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("build_site", module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
-
-bs = _load_build_site()
+import build_site as bs
 QUESTIONS = bs.load_questions(REPO / bs.QUESTIONS_YML)
 
 

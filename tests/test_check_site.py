@@ -7,7 +7,6 @@ a chapter without figures, a question link to a missing anchor) and checks that 
 from __future__ import annotations
 
 import base64
-import importlib.util
 import io
 import re
 import shutil
@@ -27,16 +26,9 @@ pytestmark = [
 ]
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
-
-build_site = _load("build_site")
-check_site = _load("check_site")
+import build_site
+import check_site
 
 
 def _png_plot() -> str:

@@ -1,7 +1,6 @@
 """scripts/execute_notebook.py stores a notebook as a fresh top-to-bottom run would leave it."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -12,15 +11,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
 
-
-ex = _load("execute_notebook")
+import execute_notebook as ex
 
 
 def _messy_notebook(path: Path, *, tag_the_error: bool = True) -> None:

@@ -52,30 +52,101 @@ def test_live_does_not_change_results():
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` not installed")
-def test_display_ends_on_final_frame(monkeypatch):
+def test_display_messages_live_handle_then_final_frame(monkeypatch):
+    """The handle starts and ends empty; frames only ever go to it as updates; the final
+    frame is one fresh display without an id (what nbval and nbclient both keep)."""
     pytest.importorskip("IPython")
     import IPython.display
 
-    shown = []
+    calls = []  # (what, svg or None)
+
+    def content(obj, raw):
+        if raw:
+            assert obj == {}
+            return None
+        return obj._repr_svg_()
 
     class Handle:
-        def update(self, obj):
-            shown.append(obj._repr_svg_())
+        def update(self, obj, raw=False):
+            calls.append(("update", content(obj, raw)))
 
-    def fake_display(obj, display_id=None):
-        assert display_id is True
-        shown.append(obj._repr_svg_())
-        return Handle()
+    def fake_display(obj, raw=False, display_id=None):
+        calls.append(("display" if display_id is None else "handle", content(obj, raw)))
+        return Handle() if display_id is True else None
 
     monkeypatch.setattr(live_mod, "_in_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", fake_display)
     m = _model()
     with av.live(m, every=1) as lg:
         m(torch.randn(2, 3)).sum()
-    assert len(shown) == len(lg.frames) + 1  # one draw per frame, then the final one
-    assert shown[-1] == lg.graph.svg()
+    frames = [f.svg() for f in lg.frames]
+    assert calls == ([("handle", None)] + [("update", f) for f in frames]
+                     + [("update", None), ("display", lg.graph.svg())])
+    assert frames[0] != frames[-1]
     strip = lg.strip(max_frames=3)
     assert strip.text.count("<svg") == 1 + 3
+
+
+_NOTEBOOK_CELL = """\
+import torch, autogradviz
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+x = torch.randn(2, 3)
+with autogradviz.live(model) as lg:
+    y = model(x).sum()
+print(len(lg.frames))
+"""
+
+
+def _cell_in_this_process():
+    ns: dict = {}
+    exec(_NOTEBOOK_CELL.replace("print(", "_ = ("), ns)
+    return ns["lg"]
+
+
+@pytest.fixture(scope="module")
+def executed_notebook(tmp_path_factory):
+    """A one-cell notebook run by nbclient, the way scripts/execute_notebook.py stores chapters."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz `dot` not installed")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(_NOTEBOOK_CELL)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    folder = tmp_path_factory.mktemp("live_nb")
+    nbclient.NotebookClient(nb, kernel_name="python3", timeout=120,
+                            resources={"metadata": {"path": str(folder)}}).execute()
+    path = folder / "live.ipynb"
+    nbformat.write(nb, path)
+    return path, nb
+
+
+def test_nbclient_stores_the_final_frame(executed_notebook):
+    _, nb = executed_notebook
+    lg = _cell_in_this_process()
+    outs = nb.cells[0].outputs
+    shown = [o for o in outs if o.output_type == "display_data"]
+    assert [dict(o.data) == {} for o in shown] == [True, False]  # blanked live handle, then final
+    stored = shown[1].data["image/svg+xml"]
+    assert len(lg.frames) > 1
+    assert stored == lg.graph.svg() == lg.frames[-1].svg()
+    assert stored != lg.frames[0].svg()
+    assert outs[-1].output_type == "stream" and outs[-1].text == f"{len(lg.frames)}\n"
+
+
+def test_nbval_accepts_the_stored_output(executed_notebook):
+    """nbval re-runs the cell in a fresh kernel and compares with what nbclient stored."""
+    pytest.importorskip("nbval")
+    import subprocess
+    import sys
+
+    path, _ = executed_notebook
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--nbval", "--nbval-current-env",
+         "-p", "no:cacheprovider", str(path)],
+        capture_output=True, text=True, timeout=180, cwd=path.parent)
+    assert proc.returncode == 0, proc.stdout[-3000:]
 
 
 def test_bad_arguments():

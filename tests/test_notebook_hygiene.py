@@ -15,7 +15,6 @@ catching what it is for fails here.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 import sys
 from collections import defaultdict
@@ -51,15 +50,8 @@ CALLOUT = re.compile(
 MIN_HELPER_STATEMENTS = 3  # a def this size or larger, identical in two notebooks, is a pasted helper
 
 
-def _load_build_site():
-    spec = importlib.util.spec_from_file_location("build_site", REPO / "scripts" / "build_site.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("build_site", module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
-
-build_site = _load_build_site()
+import build_site
 QUESTIONS = build_site.load_questions(REPO / build_site.QUESTIONS_YML)
 
 
