@@ -11,6 +11,16 @@ leaves). ``Graph.edges`` holds exactly one pair per non-None
 ``(node, next_function)`` pair, duplicates included (``x * x`` gives two).
 Edges that attach drawn tensors (leaves, saved tensors, outputs) live apart in
 ``Graph.tensor_edges`` so function edges stay countable.
+
+Hooks: hooks on drawn tensors are shown (``tensor._backward_hooks`` and
+``_post_accumulate_grad_hooks`` are Python dicts on the tensor). Hooks on a
+Node (``node.register_hook`` / ``node.register_prehook``) are NOT shown: torch
+(checked on 2.13) keeps them only in the C++ Node's hook lists, wrapped in
+C++ hook objects; the Python Node exposes ways to add them and none to read
+them back (no ``_pre_hooks``/``pre_hooks()``; the dict of each hook is held by
+the returned handle and the C++ hook, not by the Node). A trace therefore
+cannot tell whether someone else hooked a Node; `backward_order` knows about
+the pre-hooks because it registers them itself.
 """
 from __future__ import annotations
 

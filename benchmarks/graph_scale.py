@@ -206,7 +206,8 @@ def main() -> None:
         del root, params
     print("\nratio = torchviz (capture + layout) / ours (capture + layout); higher means we are faster.")
     print("Our SVG layouts use the automatic policy (hub leaves copied per consumer above the in-degree limit, "
-          "cheaper dot settings for big graphs); torchviz draws every graph in full.")
+          "cheaper dot settings for big graphs; above 1,500 Nodes newrank and a network simplex capped at "
+          "0.05 iterations per node); torchviz draws every graph in full.")
     _ = to_dot  # kept importable for readers who want to inspect the DOT text
 
 

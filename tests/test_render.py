@@ -110,6 +110,35 @@ def test_policy_gets_cheaper_with_size():
     assert big.cheap and not big.saved and "nslimit" in big.graph_attrs()
 
 
+def _graph_line(dot: str) -> dict[str, str]:
+    line = next(ln for ln in dot.splitlines() if ln.startswith("  graph ["))
+    pairs = re.findall(r'(\w+)=("[^"]*"|[^,\]]+)', line)
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), f"attribute given twice: {keys}"
+    return dict(pairs)
+
+
+@needs_dot
+def test_huge_graph_settings_reach_dot():
+    """Above 1,500 Nodes the capped simplex must be in the DOT once, and dot must obey it."""
+    import subprocess
+
+    g = _lstm_graph(110)
+    assert g.num_functions > 1500
+    attrs = _graph_line(g.to_dot())
+    assert attrs["newrank"] == "true" and attrs["nslimit"] == "0.05" and attrs["nslimit1"] == "0.05"
+    assert attrs["splines"] == "false" and "ordering" not in attrs
+    dot = g.to_dot()
+    n_drawn = len(re.findall(r"^  n\d+(?:_\d+)? \[", dot, flags=re.M))
+    proc = subprocess.run([shutil.which("dot"), "-v", "-Tsvg"], input=dot.encode(), capture_output=True,
+                          timeout=60, check=True)
+    iters = [int(m) for m in re.findall(r"network simplex: \d+ nodes \d+ edges (\d+) iter", proc.stderr.decode())]
+    if not iters:
+        pytest.skip("this Graphviz does not report network-simplex iterations with -v")
+    # dot allows nslimit x (nodes of the graph) iterations; the uncapped run takes thousands
+    assert max(iters) <= 0.05 * n_drawn + 1
+
+
 @needs_dot
 def test_layout_timeout_falls_back_to_summary():
     g = _lstm_graph(30)
