@@ -33,6 +33,7 @@ RAISES_TAG = "raises-exception"
 COMPARED_TEXT_TYPES = (
     "text/plain", "text/html", "text/markdown", "text/latex", "image/svg+xml", "application/json",
 )  # fmt: skip
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MACHINE_PATH = re.compile(r"(/work/|/root/|/tmp/|/home/[^/\s]+/|/Users/[^/\s]+/|/private/var/)")
 ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{4,}\b")
 # A number with a time unit ("0.42 s", "12 ms", "3.1µs"), or what %time / tqdm print.
@@ -105,6 +106,14 @@ def check_errors(nb) -> list[str]:
             problems.append(f"code cell {i} shows {errors[0].get('ename')} but is not tagged '{RAISES_TAG}'")
         if RAISES_TAG in _tags(cell) and not errors:
             problems.append(f"code cell {i} is tagged '{RAISES_TAG}' but shows no error")
+        for err in errors:
+            # A full traceback names files under the author's venv: the site would show them, and
+            # they differ per machine. `%xmode Minimal` in the set-up cell keeps errors to one line.
+            shown = ANSI.sub("", "\n".join(err.get("traceback", [])))
+            m = MACHINE_PATH.search(shown)
+            if m:
+                problems.append(f"code cell {i}'s traceback shows a machine path ({m.group(0)!r}); "
+                                "put `%xmode Minimal` in the set-up cell")
     return problems
 
 
@@ -365,6 +374,17 @@ def test_catches_untagged_error_and_tag_without_error() -> None:
     assert check_errors(nb) == []
     cell.outputs = []
     assert check_errors(nb)
+
+
+def test_catches_machine_path_in_a_traceback() -> None:
+    nb = _chapter_one()
+    cell = _first_printing_cell(nb)
+    cell.metadata["tags"] = [RAISES_TAG]
+    frame = "\x1b[36mFile \x1b[39m\x1b[32m/home/alice/.venv/lib/python3.11/site-packages/torch/_tensor.py:623\x1b[39m"
+    cell.outputs = [new_output("error", ename="RuntimeError", evalue="boom", traceback=[frame, "RuntimeError: boom"])]
+    assert any("traceback" in p for p in check_errors(nb))
+    cell.outputs[0].traceback = ["\x1b[31mRuntimeError\x1b[39m: boom"]
+    assert check_errors(nb) == []
 
 
 @pytest.mark.parametrize(
