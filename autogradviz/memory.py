@@ -111,13 +111,14 @@ class MemoryTracker:
         led.start()
         if self.model is not None:
             led.mark(model_tensors(self.model), "parameter", None)
-        params = [p for _, p in named_params(self.model, self.optimizer)]
+        named = named_params(self.model, self.optimizer)
+        params = [p for _, p in named]
         led.mark(params, "parameter", None)
         led.mark([p.grad for p in params if p.grad is not None], "gradient", None)
         if self.optimizer is not None:
             led.mark(state_tensors(self.optimizer), "optimizer_state", None)
         led.sample("start")
-        self._hooks = TrainingHooks(self, self.model, self.optimizer)
+        self._hooks = TrainingHooks(self, self.model, self.optimizer, named)
         self._hooks.install()
         return self
 
@@ -197,10 +198,10 @@ class MemoryTracker:
 
     @property
     def timeline(self) -> list[MemorySample]:
+        # Built on demand: the recorder keeps only compact rows while tracking.
         led = self._ledger
-        return [MemorySample(i, led.s_phase[i], led.s_op[i], self._by_category(row), led.s_step[i],
-                             *(led.s_cuda[i] or (None, None)))
-                for i, row in enumerate(led.s_bytes)]
+        return [MemorySample(i, phase, op, self._by_category(row), steps, *(cuda or (None, None)))
+                for i, (row, (phase, op, steps, cuda)) in enumerate(zip(led.s_bytes, led.s_info))]
 
     def record(self) -> MemoryRecord:
         return MemoryRecord(str(self.device), tuple(self.timeline), self._ledger.peak_index)

@@ -49,6 +49,11 @@ PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "zero_grad", "oth
 
 _PARAM, _GRAD, _OPT, _INPUT, _ACT, _TEMP = range(6)
 _ROLE_BITS = {"parameter": 1, "gradient": 2, "optimizer_state": 4, "input": 8}
+_ALLOCATES, _RESIZES = 1, 2  # what an op can do to storages (bit flags, cached per op)
+# (flags, timeline name) per aten overload. Shared by every ledger: reading an
+# op's schema costs tens of microseconds the first time, far more than a step's
+# worth of dict lookups, and it never changes within a process.
+_OP_INFO: dict[Any, tuple[int, str]] = {}
 
 
 def iter_tensors(obj: Any) -> Iterable[torch.Tensor]:
@@ -106,18 +111,17 @@ class StorageLedger(TorchDispatchMode):
         self.total = 0
         self.peak_total = 0
         self.peak_index = -1
+        # One row of bytes per sample (lists: a late label rewrites old rows, see
+        # `_recategorise`) and one compact (phase, op, optimizer_steps, cuda) tuple.
         self.s_bytes: list[list[int]] = []
-        self.s_phase: list[str] = []
-        self.s_op: list[str] = []
-        self.s_step: list[int] = []
-        self.s_cuda: list[tuple[int, int] | None] = []
+        self.s_info: list[tuple[str, str, int, tuple[int, int] | None]] = []
         self.steps = 0  # optimizer steps seen so far
         self._live: dict[int, _Live] = {}
-        self._op_info: dict[Any, tuple[bool, bool, str]] = {}
         self._active = False
         self._sample_cuda = device.type == "cuda"
         self._backward_open = False
         self._hooks_ctx: Any = None
+        self._freed_cb = self._freed  # one bound method for every weak reference
 
     # --- lifetime --------------------------------------------------------------
     def start(self) -> None:
@@ -138,17 +142,17 @@ class StorageLedger(TorchDispatchMode):
     def _register(self, st: torch.UntypedStorage, born: int | None) -> _Live | None:
         if st.device != self.device:
             return None
-        e = _Live(st, self._freed)
-        e.key = st._cdata
-        e.nbytes = st.nbytes()
+        e = _Live(st, self._freed_cb)
+        e.key = key = st._cdata
+        e.nbytes = nb = st.nbytes()
         e.cat = _TEMP
         e.roles = 0
         e.saved = 0
         e.born = born
         e.relabelled = born is None
-        self._live[st._cdata] = e
-        self.cur[_TEMP] += e.nbytes
-        self.total += e.nbytes
+        self._live[key] = e
+        self.cur[_TEMP] += nb
+        self.total += nb
         return e
 
     def _freed(self, e: _Live) -> None:
@@ -224,6 +228,12 @@ class StorageLedger(TorchDispatchMode):
         if self.total > before:
             self.sample("saved for backward")
         # detach(): holding the output itself would make a cycle through its grad_fn.
+        # A plain tensor's detach (a view: nothing for the ledger) skips the
+        # Python dispatch modes, so this bookkeeping op costs no mode round trip
+        # and stays out of any other mode's view; subclasses take the normal path.
+        if type(t) is torch.Tensor:
+            with torch._C._DisableTorchDispatch():
+                return _Saved(t.detach(), e, self)
         return _Saved(t.detach(), e, self)
 
     @staticmethod
@@ -241,19 +251,19 @@ class StorageLedger(TorchDispatchMode):
     def current_phase(self) -> str:
         return "backward" if torch._C._current_graph_task_id() != -1 else self.phase
 
-    def sample(self, op: str) -> None:
-        self.s_bytes.append(self.cur.copy())
-        self.s_phase.append(self.current_phase())
-        self.s_op.append(op)
-        self.s_step.append(self.steps)
-        if self._sample_cuda:
-            self.s_cuda.append((torch.cuda.memory_allocated(self.device),
-                                torch.cuda.memory_reserved(self.device)))
-        else:
-            self.s_cuda.append(None)
+    def sample(self, op: str, phase: str | None = None) -> None:
+        """Append the current bytes per category; ``phase`` skips the lookup
+        when the caller already knows it."""
+        rows = self.s_bytes
+        rows.append(self.cur.copy())
+        if phase is None:
+            phase = self.current_phase()
+        cuda = ((torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device))
+                if self._sample_cuda else None)
+        self.s_info.append((phase, op, self.steps, cuda))
         if self.total > self.peak_total:
             self.peak_total = self.total
-            self.peak_index = len(self.s_bytes) - 1
+            self.peak_index = len(rows) - 1
 
     def _backward_done(self) -> None:
         self._backward_open = False
@@ -261,47 +271,74 @@ class StorageLedger(TorchDispatchMode):
             self.sample("backward end")
 
     # --- the hot path ----------------------------------------------------------
-    def _info(self, func: Any) -> tuple[bool, bool, str]:
-        info = self._op_info.get(func)
-        if info is None:
-            schema = func._schema
-            allocates = any(r.alias_info is None for r in schema.returns)
-            name = func.overloadpacket.__name__
-            resizes = name in ("resize_", "resize_as_", "set_") or func._overloadname.startswith("out")
-            info = (allocates, resizes, f"aten.{name}")
-            self._op_info[func] = info
+    # Every aten op on the thread passes through here, so the common cases are
+    # kept to a few attribute reads: view and in-place ops leave after one dict
+    # lookup, a single plain-tensor output skips the tuple walk, and a sample is
+    # taken only when bytes were added.
+    @staticmethod
+    def _info(func: Any) -> tuple[int, str]:
+        """(what the op can do to storages, its timeline name), cached per overload."""
+        schema = func._schema
+        name = func.overloadpacket.__name__
+        kind = 0
+        if any(r.alias_info is None for r in schema.returns):
+            kind |= _ALLOCATES
+        if name in ("resize_", "resize_as_", "set_") or func._overloadname.startswith("out"):
+            kind |= _RESIZES
+        info = (kind, f"aten.{name}")
+        _OP_INFO[func] = info
         return info
+
+    def _seen(self, t: Any, kind: int, born: int) -> bool:
+        """Register ``t``'s storage if new (or update its size after a resize);
+        True when that added bytes."""
+        if not isinstance(t, torch.Tensor):
+            return False
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse, nested and other storage-less layouts
+            return False
+        e = self._live.get(st._cdata)
+        if e is None:
+            return bool(kind & _ALLOCATES) and self._register(st, born) is not None
+        if kind & _RESIZES:
+            nb = st.nbytes()
+            if nb != e.nbytes:
+                self.cur[e.cat] += nb - e.nbytes
+                self.total += nb - e.nbytes
+                e.nbytes = nb
+                return True
+        return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         out = func(*args, **(kwargs or {}))
-        # Most ops are views or in-place: one cached dict lookup and out.
-        info = self._op_info.get(func) or self._info(func)
-        allocates, resizes, name = info
-        if not (allocates or resizes) or not self._active:
+        info = _OP_INFO.get(func) or self._info(func)
+        kind = info[0]
+        if not kind:  # views and in-place ops add no storage
             return out
-        live = self._live
         born = len(self.s_bytes)
-        grew = False
-        for t in (out if isinstance(out, (tuple, list)) else (out,)):
-            if type(t) is not torch.Tensor and not isinstance(t, torch.Tensor):
-                continue
-            st = _storage(t)
-            if st is None:
-                continue
-            e = live.get(st._cdata)
-            if e is None:
-                if allocates and self._register(st, born) is not None:
+        if type(out) is torch.Tensor and kind == _ALLOCATES:
+            # The usual case, inlined: one fresh plain tensor.
+            try:
+                st = out.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # sparse and nested layouts have none
+                return out
+            if st._cdata in self._live or self._register(st, born) is None:
+                return out
+        elif type(out) is tuple or type(out) is list:
+            grew = False
+            for t in out:
+                if self._seen(t, kind, born):
                     grew = True
-            elif resizes:
-                nb = st.nbytes()
-                if nb != e.nbytes:
-                    self.cur[e.cat] += nb - e.nbytes
-                    self.total += nb - e.nbytes
-                    e.nbytes = nb
-                    grew = True
-        if grew:
-            self.sample(name)
-            if not self._backward_open and torch._C._current_graph_task_id() != -1:
+            if not grew:
+                return out
+        elif not self._seen(out, kind, born):
+            return out
+        if torch._C._current_graph_task_id() == -1:
+            self.sample(info[1], self.phase)
+        else:
+            self.sample(info[1], "backward")
+            if not self._backward_open:
                 self._backward_open = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
         return out
@@ -355,12 +392,15 @@ class TrainingHooks:
     each event to ``listener``; `remove` undoes everything it installed."""
 
     def __init__(self, listener: Any, model: nn.Module | None,
-                 optimizer: torch.optim.Optimizer | None) -> None:
+                 optimizer: torch.optim.Optimizer | None,
+                 params: list[tuple[str, nn.Parameter]] | None = None) -> None:
+        """``params``: `named_params` of ``model``/``optimizer`` when the caller
+        already has them (saves walking the module tree again)."""
         check_targets(model, optimizer)
         self.listener = listener
         self.model = model
         self.optimizer = optimizer
-        self.params = named_params(model, optimizer)
+        self.params = named_params(model, optimizer) if params is None else params
         self._handles: list[Any] = []
         self._wrapped: list[tuple[Any, bool, Any]] = []
 
@@ -375,11 +415,17 @@ class TrainingHooks:
                 lambda mod, args, kwargs: self._call("forward_start", args, kwargs), with_kwargs=True))
             self._handles.append(self.model.register_forward_hook(
                 lambda mod, args, out: self._call("forward_end")))
+        # Per-parameter hooks run once per parameter per backward, so only the
+        # ones the listener listens to are installed.
+        incoming = callable(getattr(self.listener, "grad_incoming", None))
+        ready = callable(getattr(self.listener, "grad_ready", None))
         for name, p in self.params:
             if not p.requires_grad:
                 continue
-            self._handles.append(p.register_hook(self._incoming_hook(name, p)))
-            self._handles.append(p.register_post_accumulate_grad_hook(self._ready_hook(name)))
+            if incoming:
+                self._handles.append(p.register_hook(self._incoming_hook(name, p)))
+            if ready:
+                self._handles.append(p.register_post_accumulate_grad_hook(self._ready_hook(name)))
         if self.optimizer is not None:
             self._handles.append(self.optimizer.register_step_pre_hook(
                 lambda opt, args, kwargs: self._call("step_start")))
