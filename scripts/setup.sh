@@ -25,6 +25,10 @@ need_apt() {  # need_apt <command> <debian package> <conda hint>
     exit 1
 }
 
+if ! command -v "$PY" >/dev/null 2>&1; then
+    echo "setup: '$PY' not found; install Python 3.11 (sudo apt-get install python3 python3-venv) or set PYTHON=/path/to/python3.11." >&2
+    exit 1
+fi
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     echo "setup: Python >= 3.11 is needed ('$PY' is $("$PY" --version 2>&1)); set PYTHON=python3.11." >&2
     exit 1
