@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,7 +37,6 @@ class BackwardOrder:
 
     steps: list[Step]
     graph: Graph  # function nodes carry .step (None: not run, e.g. outside `inputs=`)
-    _log: list[Any] = field(default_factory=list, repr=False)
 
     @property
     def names(self) -> list[str]:
@@ -133,7 +132,7 @@ def backward_order(
         numbered[s.node_id] = dataclasses.replace(numbered[s.node_id], step=s.index)
     graph = dataclasses.replace(graph, nodes=numbered, title=f"backward order: {len(steps)} Nodes ran")
     assert all(n.kind == FUNCTION for n in (graph.nodes[s.node_id] for s in steps))
-    return BackwardOrder(steps=steps, graph=graph, _log=log)
+    return BackwardOrder(steps=steps, graph=graph)
 
 
 def _make_hook(log: list[Any], node: Any):
