@@ -109,28 +109,37 @@ class MemoryTracker:
             torch.cuda.memory._record_memory_history(max_entries=200_000)
         led = self._ledger
         led.start()
-        if self.model is not None:
-            led.mark(model_tensors(self.model), "parameter", None)
-        named = named_params(self.model, self.optimizer)
-        params = [p for _, p in named]
-        led.mark(params, "parameter", None)
-        led.mark([p.grad for p in params if p.grad is not None], "gradient", None)
-        if self.optimizer is not None:
-            led.mark(state_tensors(self.optimizer), "optimizer_state", None)
-        led.sample("start")
-        self._hooks = TrainingHooks(self, self.model, self.optimizer, named)
-        self._hooks.install()
+        try:
+            if self.model is not None:
+                led.mark(model_tensors(self.model), "parameter", None)
+            named = named_params(self.model, self.optimizer)
+            params = [p for _, p in named]
+            led.mark(params, "parameter", None)
+            led.mark([p.grad for p in params if p.grad is not None], "gradient", None)
+            if self.optimizer is not None:
+                led.mark(state_tensors(self.optimizer), "optimizer_state", None)
+            led.sample("start")
+            self._hooks = TrainingHooks(self, self.model, self.optimizer, named)
+            self._hooks.install()
+        except BaseException:
+            self.__exit__(None, None, None)  # leave no hook, mode or patch behind
+            raise
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._hooks is not None:
-            self._hooks.remove()
-        self._final_current = list(self._ledger.cur)
-        self._ledger.stop()
-        if self.cuda_history:
-            self._snapshot = torch.cuda.memory._snapshot()
-            torch.cuda.memory._record_memory_history(enabled=None)
-        self._state = "done"
+        # Each undo runs even when an earlier one fails, so nothing stays installed.
+        try:
+            if self._hooks is not None:
+                self._hooks.remove()
+        finally:
+            self._final_current = list(self._ledger.cur)
+            try:
+                self._ledger.stop()
+            finally:
+                self._state = "done"
+                if self.cuda_history:
+                    self._snapshot = torch.cuda.memory._snapshot()
+                    torch.cuda.memory._record_memory_history(enabled=None)
 
     # --- listener methods (called by TrainingHooks) ------------------------------------
     def forward_start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -239,6 +248,22 @@ def track_memory(model: nn.Module | None = None, optimizer: torch.optim.Optimize
     On CUDA every sample also reads ``memory_allocated``/``memory_reserved``;
     ``cuda_history=True`` additionally records the allocator history for
     `MemoryTracker.save_snapshot`. The watched code's results are unchanged.
+
+    Saved-tensor hook pairs entered inside or around the block
+    (``torch.utils.checkpoint``, ``save_on_cpu``, your own
+    ``saved_tensors_hooks``) keep working, composed with the tracker's own: a
+    storage counts as "activation" while autograd keeps a packed value holding
+    it (save_on_cpu's copy), and checkpoint's recomputed tensors count from
+    their recomputation until the backward node that unpacked them is done.
+    To compose, ``saved_tensors_hooks.__enter__`` is replaced while tracking
+    and restored at exit (also after an error). Not seen as activation: tensors
+    kept for backward outside a packed value (a hook's own cache keyed by a
+    handle, selective checkpointing's cache of op outputs; checkpoint's
+    recompute frame is the one such holder known), and pairs pushed without
+    that method (``torch._C._autograd._push_saved_tensors_default_hooks``
+    called directly).
+    A checkpointed forward run before the block and recomputed inside it has
+    its recomputed tensors counted only until they are unpacked.
     """
     return MemoryTracker(model, optimizer, device=device, cuda_history=cuda_history)
 

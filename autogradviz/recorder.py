@@ -12,6 +12,14 @@ Two parts, both plain recording with no drawing:
   moment it happens. A ``saved_tensors_hooks`` pair counts how many autograd
   nodes hold each storage, which is what "activation" means here.
 
+Saved-tensor hook pairs do not stack: autograd runs only the innermost pair.
+So while a ledger is active, any pair pushed through
+``saved_tensors_hooks.__enter__`` (``torch.utils.checkpoint``'s forward and
+recompute hooks, ``save_on_cpu``, a user's own pair) is pushed composed with
+the ledger's bookkeeping, and a pair already active at start is composed
+instead of shadowed (see `_compose`). The watched code's pack and unpack
+functions still see and return exactly what they would alone.
+
 Category precedence (highest wins; every live byte is in exactly one category):
 ``parameter > gradient > optimizer_state > input > activation > temporary``.
 So a weight saved by ``mm`` for backward stays "parameter", a model input saved
@@ -23,6 +31,7 @@ re-labelled back to its birth: Adam's ``exp_avg`` is optimizer state from the
 """
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -30,6 +39,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _current_modes
 
 __all__ = [
     "CATEGORIES",
@@ -89,6 +99,144 @@ class _Saved:
         self.ledger._unsave(self.entry)
 
 
+class _Held:
+    """What a composed pack hook hands autograd when the inner hook's packed
+    value holds tensors: that value plus tickets, one per (ledger, storage),
+    returned when autograd drops it."""
+
+    __slots__ = ("packed", "tickets")
+
+    def __init__(self, packed: Any, tickets: list[tuple[StorageLedger, _Live]]) -> None:
+        self.packed = packed
+        self.tickets = tickets
+
+    def __del__(self) -> None:
+        for ledger, e in self.tickets:
+            ledger._unsave(e)
+
+
+class _Watch(weakref.ref):
+    """A ticket that ends when one tensor object dies (see `_compose_recompute`),
+    unless an unpack hands it on to a `_Held` first."""
+
+    __slots__ = ("entry", "obj_id")
+
+
+def _packed_tensors(packed: Any) -> list[torch.Tensor]:
+    """The tensors an inner pack hook's value keeps (a tensor, or tensors in
+    tuples/lists/dicts as ``save_on_cpu``'s ``(device, copy)``; another
+    ledger's ticket holds its tensor). Handles, keys and the like hold none."""
+    if type(packed) is _Saved:
+        return [packed.tensor]
+    return list(iter_tensors(packed))
+
+
+# --- composing saved-tensor hook pairs -------------------------------------------
+_HOOKS_CLS = torch.autograd.graph.saved_tensors_hooks
+_push_hooks = torch._C._autograd._push_saved_tensors_default_hooks
+#: Ledgers whose bookkeeping is composed into pairs pushed while they are active.
+_COMPOSING: list[StorageLedger] = []
+#: ``saved_tensors_hooks.__enter__`` as found when the first ledger started.
+_ORIGINAL_ENTER: list[Any] = []
+
+
+def _recompute_types() -> tuple[type | None, type | None]:
+    """``torch.utils.checkpoint``'s recompute hook class and its early-stop
+    exception, when that module is loaded and still has them (else None)."""
+    mod = sys.modules.get("torch.utils.checkpoint")
+    return (getattr(mod, "_recomputation_hook", None), getattr(mod, "_StopRecomputationError", None))
+
+
+def _compose(pack: Callable[[torch.Tensor], Any], unpack: Callable[[Any], torch.Tensor],
+             ledgers: tuple[StorageLedger, ...]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """A pair that runs ``pack``/``unpack`` unchanged and labels the storages
+    the packed value keeps as saved for as long as autograd keeps that value
+    (save_on_cpu's copy, a hook's clone). A value holding no tensor, such as
+    checkpoint's forward handle, labels nothing: the tensor it was made from is
+    not kept for backward. When unpack returns a tensor a ledger is watching
+    (checkpoint's recomputed one), its ticket moves to the packed value, so it
+    ends when autograd drops the saved value, as for any other saved tensor."""
+
+    def composed_pack(t: torch.Tensor) -> Any:
+        packed = pack(t)
+        tensors = _packed_tensors(packed)
+        return _Held(packed, [(led, e) for led in ledgers for p in tensors
+                              if (e := led.hold(p)) is not None])
+
+    def composed_unpack(held: Any) -> torch.Tensor:
+        if type(held) is not _Held:  # packed before the ledgers started
+            return unpack(held)
+        out = unpack(held.packed)
+        if isinstance(out, torch.Tensor):
+            for led in ledgers:
+                led.hand_on(out, held)
+        return out
+
+    return composed_pack, composed_unpack
+
+
+def _compose_recompute(pack: Callable[[torch.Tensor], Any],
+                       ledgers: tuple[StorageLedger, ...], stop: type | None) -> Callable[..., Any]:
+    """The pack hook of checkpoint's recomputation, composed.
+
+    Its packed value is not what keeps the tensor: the hook stores the (detached)
+    tensor in the checkpoint frame until the forward handle is unpacked, and the
+    recompute graph that holds the packed value is dropped at once. So the
+    ticket ends when that tensor object dies. The hook detaches tensors that
+    require grad itself; detaching first (the same op it would run) lets the
+    ledger know the very object stored, also when the hook stores it and then
+    raises checkpoint's early-stop exception. Unpack is unchanged.
+    """
+
+    def composed_pack(t: torch.Tensor) -> Any:
+        x = t.detach() if t.requires_grad else t
+        try:
+            packed = pack(x)
+        except BaseException as err:
+            if stop is not None and isinstance(err, stop):
+                for led in ledgers:
+                    led.hold_while_alive(x)
+            raise
+        for p in _packed_tensors(packed):
+            for led in ledgers:
+                led.hold_while_alive(p)
+        return packed
+
+    return composed_pack
+
+
+def _composing_enter(hooks: Any) -> None:
+    """Stands in for ``saved_tensors_hooks.__enter__`` while a ledger is active.
+
+    Only ledgers whose dispatch mode this thread runs under take part: the
+    patch is process-wide, the watching is per thread (autograd carries the
+    mode to the threads that run a watched backward)."""
+    modes = _current_modes() if _COMPOSING else ()
+    ledgers = tuple(led for led in _COMPOSING if led._active and any(m is led for m in modes))
+    pack, unpack = hooks.pack_hook, hooks.unpack_hook
+    if ledgers:
+        recompute, stop = _recompute_types()
+        if recompute is not None and isinstance(hooks, recompute):
+            pack = _compose_recompute(pack, ledgers, stop)
+        else:
+            pack, unpack = _compose(pack, unpack, ledgers)
+    _push_hooks(pack, unpack)
+
+
+def _start_composing(ledger: StorageLedger) -> None:
+    if not _COMPOSING:
+        _ORIGINAL_ENTER[:] = [_HOOKS_CLS.__dict__["__enter__"]]
+        _HOOKS_CLS.__enter__ = _composing_enter  # type: ignore[method-assign]
+    _COMPOSING.append(ledger)
+
+
+def _stop_composing(ledger: StorageLedger) -> None:
+    if ledger in _COMPOSING:
+        _COMPOSING.remove(ledger)
+    if not _COMPOSING and _ORIGINAL_ENTER:
+        _HOOKS_CLS.__enter__ = _ORIGINAL_ENTER.pop()  # type: ignore[method-assign]
+
+
 def _storage(t: torch.Tensor) -> torch.UntypedStorage | None:
     try:
         return t.untyped_storage()
@@ -120,23 +268,53 @@ class StorageLedger(TorchDispatchMode):
         self._active = False
         self._sample_cuda = device.type == "cuda"
         self._backward_open = False
-        self._hooks_ctx: Any = None
+        self._pushed = False
+        # Tickets that end with a tensor object (checkpoint's recomputed tensors),
+        # by the object's id (removed when it dies, so ids are never stale).
+        self._watches: dict[int, list[_Watch]] = {}
+        self._release_cb = self._released
         self._freed_cb = self._freed  # one bound method for every weak reference
 
     # --- lifetime --------------------------------------------------------------
     def start(self) -> None:
+        """Push the dispatch mode and the saved-tensor hooks, and compose pairs
+        pushed later; `stop` undoes all of it, also after an error."""
         self._active = True
-        self._hooks_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-        self._hooks_ctx.__enter__()
-        self.__enter__()
+        top = torch._C._autograd._top_saved_tensors_default_hooks(True)
+        if top is None:
+            pack, unpack = self._pack, self._unpack
+        else:  # an outer pair (save_on_cpu around the with, another ledger): keep it working
+            pack, unpack = _compose(top[0], top[1], (self,))
+        _push_hooks(pack, unpack)
+        self._pushed = True
+        _start_composing(self)
+        try:
+            self.__enter__()
+        except BaseException:
+            self._undo_hooks()
+            self._active = False
+            raise
+
+    def _undo_hooks(self) -> None:
+        try:
+            if self._pushed:
+                self._pushed = False
+                torch._C._autograd._pop_saved_tensors_default_hooks()
+        finally:
+            _stop_composing(self)
 
     def stop(self) -> None:
-        self.__exit__(None, None, None)
-        self._hooks_ctx.__exit__(None, None, None)
-        self.sample("end")
-        self._active = False
-        # Dropping the weak references first means no callback fires after this.
-        self._live = {}
+        try:
+            try:
+                self.__exit__(None, None, None)
+            finally:
+                self._undo_hooks()
+            self.sample("end")
+        finally:
+            self._active = False
+            # Dropping the weak references first means no callback fires after this.
+            self._live = {}
+            self._watches = {}
 
     # --- storage registry ------------------------------------------------------
     def _register(self, st: torch.UntypedStorage, born: int | None) -> _Live | None:
@@ -217,16 +395,49 @@ class StorageLedger(TorchDispatchMode):
             self.sample(label)
 
     # --- saved tensors -----------------------------------------------------------
-    def _pack(self, t: torch.Tensor) -> Any:
+    def hold(self, t: torch.Tensor) -> _Live | None:
+        """Count one more holder of ``t``'s storage for backward (registering
+        it if new); the caller returns the ticket with `_unsave`."""
         e = self.entry(t) if self._active else None
-        if e is None:  # not on the watched device; detach() for the same reason as below
-            return t.detach()
+        if e is None:
+            return None
         before = self.total
         e.saved += 1
         if e.saved == 1:
             self._recategorise(e)
-        if self.total > before:
+        if self.total > before:  # newly counted bytes can make a new peak
             self.sample("saved for backward")
+        return e
+
+    def hold_while_alive(self, t: torch.Tensor) -> None:
+        """`hold` ``t``'s storage until the tensor object ``t`` dies or
+        `hand_on` moves the ticket."""
+        e = self.hold(t)
+        if e is not None:
+            w = _Watch(t, self._release_cb)
+            w.entry = e
+            w.obj_id = id(t)
+            self._watches.setdefault(w.obj_id, []).append(w)
+
+    def hand_on(self, t: torch.Tensor, held: _Held) -> None:
+        """Move the tickets watching ``t`` to ``held`` (dropping a weak
+        reference means its callback never runs)."""
+        watches = self._watches.pop(id(t), None) if self._watches else None
+        if watches:
+            held.tickets.extend((self, w.entry) for w in watches)
+
+    def _released(self, w: _Watch) -> None:
+        watches = self._watches.get(w.obj_id)
+        if watches is not None and w in watches:
+            watches.remove(w)
+            if not watches:
+                del self._watches[w.obj_id]
+            self._unsave(w.entry)
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        e = self.hold(t)
+        if e is None:  # not on the watched device; detach() for the same reason as below
+            return t.detach()
         # detach(): holding the output itself would make a cycle through its grad_fn.
         # A plain tensor's detach (a view: nothing for the ledger) skips the
         # Python dispatch modes, so this bookkeeping op costs no mode round trip
@@ -244,7 +455,10 @@ class StorageLedger(TorchDispatchMode):
         if not self._active:
             return
         e.saved -= 1
-        if e.saved == 0:
+        # A ticket can outlive its storage (a watched tensor object and its
+        # storage die together, callbacks in either order): a freed entry's
+        # bytes are already gone from the counts.
+        if e.saved == 0 and self._live.get(e.key) is e:
             self._recategorise(e)
 
     # --- samples ---------------------------------------------------------------

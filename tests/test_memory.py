@@ -1,6 +1,7 @@
 """Accuracy of the memory timeline, with torch and arithmetic as the oracle."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 
@@ -413,3 +414,162 @@ def test_bad_input_is_explained() -> None:
     with pytest.raises(RuntimeError, match="one with-block"):
         with tracker:
             pass
+
+
+# --- saved-tensor hook pairs inside (or around) the tracker ------------------------------------
+# Autograd runs only the innermost saved-tensor hook pair, so checkpoint's own pairs and
+# save_on_cpu would hide saved tensors from the tracker's pair unless it composes with them.
+
+class _Probe(torch.autograd.Function):
+    """Identity that saves nothing; its backward reads the tracker's activation bytes, in the
+    middle of a block's backward (after the second Linear's, before tanh's)."""
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, readings: list, mem: list) -> torch.Tensor:  # noqa: ANN001
+        ctx.readings, ctx.mem = readings, mem
+        return a.view_as(a)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # noqa: ANN001, ANN205
+        if ctx.mem:
+            ctx.readings.append(ctx.mem[0].current_by_category["activation"])
+        return grad, None, None
+
+
+class ProbedBlock(Block):
+    def __init__(self, d: int, hidden: int) -> None:
+        super().__init__(d, hidden)
+        self.readings: list[int] = []
+        self.mem: list[av.MemoryTracker] = []  # the tracker to read, once there is one
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(_Probe.apply(torch.tanh(self.up(x)), self.readings, self.mem))
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_recomputed_tensors_are_activations(n: int) -> None:
+    torch.manual_seed(0)
+    d, hidden, batch = 16, 96, 24
+    runs = {}
+    for ckpt in (False, True):
+        torch.manual_seed(0)
+        model = Stack(n, d, hidden, ckpt=ckpt)
+        model.blocks = nn.ModuleList(ProbedBlock(d, hidden) for _ in range(n))
+        runs[ckpt] = model
+    x = torch.randn(batch, d)
+
+    # Independent oracle per block (plain saved_tensors_hooks, no tracker): the bytes of the
+    # storages it saves besides its input, output and parameters, and its input's bytes.
+    saved, in_bytes = [], []
+    h = x
+    for b in runs[False].blocks:
+        in_bytes.append(h.untyped_storage().nbytes())
+        nbytes, out = saved_storages(b, h)
+        saved.append(nbytes)
+        h = out.detach()
+    assert all(s > 0 for s in saved)
+
+    readings = {}
+    for ckpt, model in runs.items():
+        with av.track_memory(model) as mem:
+            for b in model.blocks:
+                b.mem.append(mem)
+            model(x).square().sum().backward()
+            end = mem.current_by_category["activation"]
+        # Read once per block, last block first; nothing stays labelled once backward is done.
+        readings[ckpt] = [r for b in reversed(model.blocks) for r in b.readings]
+        assert len(readings[ckpt]) == n and end == 0
+        assert mem.timeline[-2].op == "backward end" and mem.timeline[-2].bytes["activation"] == 0
+
+    # At block k's reading its recomputed tensors are held for backward (by the checkpoint frame
+    # until unpacked, then by the node), so a checkpointed run holds them plus the inputs the
+    # frames of blocks 1..k keep (block 0's input is the model input: "input", not "activation").
+    ks = list(reversed(range(n)))
+    assert readings[True] == [sum(in_bytes[1:k + 1]) + saved[k] for k in ks]
+    # The plain run also holds, in the same place, everything blocks 0..k-1 saved.
+    assert [p - c for p, c in zip(readings[False], readings[True])] == [sum(saved[:k]) for k in ks]
+    for a, b in zip(runs[False].parameters(), runs[True].parameters()):
+        assert torch.allclose(a.grad, b.grad)
+
+
+class _CloningHooks(torch.autograd.graph.saved_tensors_hooks):
+    """Keeps a private copy of every saved tensor (what save_on_cpu does with pinned memory or
+    across devices, which a CPU-only run cannot show)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda t: t.detach().clone(), lambda t: t)
+
+
+@pytest.mark.parametrize("where", ["inside", "outside"])
+@pytest.mark.parametrize("pair", ["save_on_cpu", "cloning"])
+def test_inner_hook_pairs_keep_their_tensors_labelled(pair: str, where: str) -> None:
+    torch.manual_seed(0)
+    model = mlp(depth=3)
+    x = torch.randn(16, 32)
+
+    def hooks() -> torch.autograd.graph.saved_tensors_hooks:
+        if pair == "save_on_cpu":
+            return torch.autograd.graph.save_on_cpu(device_type="cpu")
+        return _CloningHooks()
+
+    # Oracle, from a plain pair that sees what the model saves. save_on_cpu keeps a CPU
+    # tensor as it is (the same storages autograd would save); the cloning pair keeps one
+    # fresh copy per save, parameters and input included.
+    if pair == "save_on_cpu":
+        expected, _ = saved_storages(model, x)
+    else:
+        sizes: list[int] = []
+        with torch.autograd.graph.saved_tensors_hooks(
+                lambda t: sizes.append(t.nelement() * t.element_size()) or t.detach(), lambda t: t):
+            model(x)
+        expected = sum(sizes)
+    assert expected > 0
+
+    def run(mem_out: list) -> None:
+        if where == "inside":
+            with av.track_memory(model) as mem:
+                with hooks():
+                    out = model(x)
+                mem_out.append((mem.current_by_category["activation"], mem))
+                out.sum().backward()
+        else:
+            with hooks():
+                with av.track_memory(model) as mem:
+                    out = model(x)
+                    mem_out.append((mem.current_by_category["activation"], mem))
+                    out.sum().backward()
+
+    got: list = []
+    run(got)
+    activation, mem = got[0]
+    assert activation == expected
+    assert mem.current_by_category["activation"] == 0  # released with the graph
+    assert torch._C._autograd._top_saved_tensors_default_hooks(True) is None
+
+
+def test_checkpoint_and_offload_leave_results_bit_identical() -> None:
+    torch.manual_seed(0)
+    base = Stack(3, 16, 64, ckpt=True)
+    base.blocks[1].up = nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.3))  # RNG replayed by the recompute
+    x = torch.randn(12, 16)
+    grads = []
+    for tracked in (False, True):
+        model = copy.deepcopy(base)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        ctx = av.track_memory(model, opt) if tracked else None
+        if ctx:
+            ctx.__enter__()
+        torch.manual_seed(3)
+        for i in range(3):
+            opt.zero_grad()
+            with torch.autograd.graph.save_on_cpu(device_type="cpu") if i == 1 else contextlib.nullcontext():
+                loss = model(x).square().mean()
+            loss.backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+            opt.step()
+        if ctx:
+            ctx.__exit__(None, None, None)
+            assert ctx.max_by_category["activation"] > 0
+    n = len(grads) // 2
+    for g_plain, g_tracked in zip(grads[:n], grads[n:]):
+        assert all(torch.equal(a, b) for a, b in zip(g_plain, g_tracked))

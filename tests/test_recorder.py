@@ -114,3 +114,81 @@ def test_stopped_ledger_ignores_late_frees() -> None:
     before = list(led.cur)
     del t
     assert led.cur == before
+
+
+def _hook_state() -> tuple:
+    """What tracking may change globally: saved_tensors_hooks' own methods (and any override
+    in torch's subclasses), the active saved-tensor pair and the dispatch mode stack."""
+    from torch.autograd.graph import save_on_cpu, saved_tensors_hooks
+    from torch.utils import checkpoint as ckpt
+
+    classes = (saved_tensors_hooks, save_on_cpu, ckpt._checkpoint_hook, ckpt._recomputation_hook)
+    methods = tuple((c, name, c.__dict__.get(name)) for c in classes for name in ("__enter__", "__exit__"))
+    return (methods, torch._C._autograd._top_saved_tensors_default_hooks(True),
+            torch._C._len_torch_dispatch_stack())
+
+
+def test_no_patch_outlives_the_tracker() -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    before = _hook_state()
+    assert before[1] is None and before[2] == 0
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 8))
+    x = torch.randn(4, 8)
+
+    def step() -> None:
+        with torch.autograd.graph.save_on_cpu(device_type="cpu"):
+            y = checkpoint(model, x, use_reentrant=False)
+        y.sum().backward()
+
+    with av.track_memory(model) as mem:
+        step()
+        assert _hook_state() != before  # composing while active
+    assert mem.max_by_category["activation"] > 0
+    assert _hook_state() == before
+
+    # An error inside the block, and one inside a nested tracker, restore everything too.
+    class Boom(Exception):
+        pass
+
+    for nested in (False, True):
+        try:
+            with av.track_memory(model):
+                if nested:
+                    with av.track_memory(device="meta"):
+                        step()
+                        raise Boom
+                step()
+                raise Boom
+        except Boom:
+            pass
+        assert _hook_state() == before
+
+    # Nested trackers that exit out of order still leave nothing behind.
+    outer, inner = av.track_memory(model), av.track_memory(device="meta")
+    outer.__enter__()
+    inner.__enter__()
+    outer.__exit__(None, None, None)
+    inner.__exit__(None, None, None)
+    assert _hook_state() == before
+
+
+def test_hook_pairs_on_another_thread_are_not_composed() -> None:
+    # The composing patch is process-wide; the watching must stay on the tracked thread.
+    a = torch.randn(300, requires_grad=True)
+    box: list[torch.Tensor] = []
+
+    def other() -> None:
+        with torch.autograd.graph.save_on_cpu(device_type="cpu"):
+            box.append(a.exp())
+
+    with av.track_memory() as mem:
+        th = threading.Thread(target=other)
+        th.start()
+        th.join()
+        assert mem.current_bytes == 0
+        with torch.autograd.graph.save_on_cpu(device_type="cpu"):
+            b = a.exp()  # exp saves its result: seen here, on the tracked thread
+        assert mem.current_by_category["activation"] == b.nbytes
+    box[0].sum().backward()
+    assert torch.equal(a.grad, b.detach())
