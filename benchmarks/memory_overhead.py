@@ -1,12 +1,13 @@
 """Overhead of track_memory on a training step, next to torch's own memory tools.
 
-    .venv/bin/python benchmarks/memory_overhead.py [--rounds 15] [--only mlp] [--threads N]
+    .venv/bin/python benchmarks/memory_overhead.py [--rounds 18] [--only mlp] [--threads N]
 
 Each workload (an MLP of 4 Linear(1024) layers at batch 256, and a small
-transformer encoder) runs one Adam training step five ways: plain, under a
+transformer encoder) runs one Adam training step six ways: plain, under a
 dispatch mode that does nothing (the floor for a ``TorchDispatchMode`` recorder),
 under `autogradviz.track_memory`, under
-``torch.profiler.profile(profile_memory=True)`` and under
+``torch.profiler.profile(profile_memory=True)`` (alone, and with the
+``record_shapes``/``with_stack`` its category timeline needs) and under
 ``torch.distributed._tools.mem_tracker.MemTracker``. Every timed step opens a
 fresh tool, so setup and teardown are part of the cost.
 
@@ -15,7 +16,8 @@ are interleaved in one process, one round at a time; the order is rotated every
 round so no variant always follows the profiler's teardown; and besides each
 variant's median time the table gives the median of the per-round ratios to the
 plain step of the same round, which cancels slow spells that hit a whole round.
-Target: track_memory <= 1.5x plain and no slower than the profiler.
+Target: track_memory <= 1.5x plain and no slower than the profiler (checked
+against the cheapest profiler configuration, the one that cannot name categories).
 """
 from __future__ import annotations
 
@@ -73,10 +75,13 @@ class _QuietProfile:
     """``torch.profiler.profile(profile_memory=True)`` without its log lines
     (the silencing costs a few system calls, nothing next to a step)."""
 
-    def __init__(self) -> None:
+    def __init__(self, categories: bool = False) -> None:
         from torch.profiler import ProfilerActivity, profile
 
-        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        # categories=True: what the profiler needs before its memory timeline can sort bytes
+        # into categories (export_memory_timeline / _memory_profile need shapes and stacks).
+        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True,
+                             record_shapes=categories, with_stack=categories)
 
     def __enter__(self) -> None:
         with _stderr_silenced():
@@ -103,6 +108,7 @@ def variants(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Callable
         "empty TorchDispatchMode": _EmptyMode,
         "track_memory": lambda: av.track_memory(model, opt),
         "profiler(profile_memory)": _QuietProfile,
+        "profiler(+shapes,+stack)": lambda: _QuietProfile(categories=True),
     }
     try:
         from torch.distributed._tools.mem_tracker import MemTracker
@@ -196,8 +202,8 @@ def bench(name: str, make: Callable[[], tuple[nn.Module, torch.Tensor]], rounds:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15,
-                        help="a multiple of 5 gives every variant each position equally often")
+    parser.add_argument("--rounds", type=int, default=18,
+                        help="a multiple of 6 (the number of variants) gives every variant each position equally often")
     parser.add_argument("--only", choices=["mlp", "transformer"], default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args()
