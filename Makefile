@@ -46,7 +46,9 @@ execute: setup
 	@test -n "$(NB)" || { echo "usage: make execute NB=notebooks/<chapter>.ipynb"; exit 2; }
 	$(PY) scripts/execute_notebook.py $(NB)
 
+# torchviz is installed only here (the `bench` extra): the package never imports it.
 bench: setup
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[bench]'
 	$(PY) benchmarks/graph_scale.py
 	$(PY) benchmarks/memory_overhead.py
 

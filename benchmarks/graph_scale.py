@@ -28,7 +28,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import autogradviz as av
-from autogradviz.render import choose_policy, to_dot
 
 
 @dataclass
@@ -194,7 +193,6 @@ def main() -> None:
     for name, build, svg, target in cases:
         root, params = build()
         n, cap, lay = ours(root, params, svg, timeout=30.0)
-        policy = choose_policy(av.trace(root, params=params))
         tv_cap, tv_lay = theirs(root, params, args.timeout)
         ours_total = cap + (lay if isinstance(lay, float) else float(lay.split()[-1]))
         if isinstance(tv_cap, float) and isinstance(tv_lay, float):
@@ -208,7 +206,6 @@ def main() -> None:
     print("Our SVG layouts use the automatic policy (hub leaves copied per consumer above the in-degree limit, "
           "cheaper dot settings for big graphs; above 1,500 Nodes newrank and a network simplex capped at "
           "0.05 iterations per node); torchviz draws every graph in full.")
-    _ = to_dot  # kept importable for readers who want to inspect the DOT text
 
 
 if __name__ == "__main__":

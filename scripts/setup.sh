@@ -40,7 +40,7 @@ fi
 want=$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     echo "setup: installing the pinned environment into $VENV"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[book,test,bench]'
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[book,test]'
     # The notebooks are stored with kernelspec "python3": point it at this venv.
     "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (autogradviz)" >/dev/null
     echo "$want" > "$STAMP"
