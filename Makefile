@@ -7,7 +7,7 @@ PY    := $(VENV)/bin/python
 SITE  := _build/html
 NB    ?=
 
-.PHONY: setup setup-browser book site test unit notebooks browser lab execute bench clean
+.PHONY: setup setup-browser book site test unit unit-fast notebooks browser lab execute bench compat clean
 
 setup:
 	@scripts/setup.sh
@@ -25,6 +25,11 @@ site:
 unit:
 	$(PY) -m pytest -q tests
 
+# Authors: the unit tests without the slow ones (multi-process DDP, the full checkpoint grid,
+# the two-interpreter determinism check). `make test` still runs everything.
+unit-fast:
+	$(PY) -m pytest -q -m "not slow" tests
+
 notebooks:
 	$(PY) -m pytest -q --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks
 
@@ -39,7 +44,7 @@ test: setup-browser
 
 # JupyterLab on the chapters, with the venv's kernel.
 lab: setup
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 # Authors: re-execute a notebook in place, top to bottom (make execute NB=notebooks/01_define_by_run.ipynb).
 execute: setup
@@ -51,6 +56,12 @@ bench: setup
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[bench]'
 	$(PY) benchmarks/graph_scale.py
 	$(PY) benchmarks/memory_overhead.py
+
+# The package against another torch (make compat TORCH=2.14.1): a second venv, the unit
+# tests and nbval under that torch. Not part of `make test`.
+compat:
+	@test -n "$(TORCH)" || { echo "usage: make compat TORCH=<version>, e.g. make compat TORCH=2.14.1"; exit 2; }
+	@scripts/compat.sh "$(TORCH)"
 
 clean:
 	rm -rf _build
