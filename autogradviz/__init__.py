@@ -1,33 +1,65 @@
 """autogradviz: see what autograd does.
 
-Recording (hooks, dispatch modes, graph walks) produces plain dataclass records;
-views (DOT, SVG, HTML, matplotlib) read only those records.
+Three layers, imports pointing down only (tests/test_architecture.py checks it):
+
+* records.py: plain dataclass records and vocabularies, no torch;
+* recorders (hooks, dispatch modes, graph walks) that fill them: graph.py,
+  modules.py, live.py, stepper.py, module_graph.py, recorder.py, memory.py,
+  gradtrace.py;
+* views that read only records: render.py (DOT/SVG/PNG/HTML), rollup.py,
+  strips.py (strips, animation), plots.py (matplotlib).
+
+Entry points are functions; the ones that watch a block of code are context
+managers that yield the record they fill (``with live(model) as lg:``).
+Every public name is listed, with what it records or draws, in the README.
 """
 from __future__ import annotations
 
-# --- graphs: trace, render, live, backward stepper ---------------------------
-from .graph import Graph, GraphNode, trace
-from .live import LiveGraph, live
-from .modules import ModuleRecord, record_modules
-from .render import SVG, GraphvizNotFound, LayoutPolicy
-from .stepper import BackwardOrder, Step, backward_order
-
-_GRAPH_API = [
-    "Graph", "GraphNode", "trace", "record_modules", "ModuleRecord", "live", "LiveGraph",
-    "backward_order", "BackwardOrder", "Step", "SVG", "GraphvizNotFound", "LayoutPolicy",
-]
-
-# --- memory and gradients: recorder, memory timeline, gradient trace ---------
-from .gradtrace import GradEvent, GradTrace, GradTraceRecord
-from .memory import (
-    CATEGORIES, PHASES, MemoryRecord, MemorySample, MemoryTracker, compare_memory,
-    estimate_memory, track_memory,
+from .stepper import backward_order
+from .gradtrace import GRAD_ACTIONS, GRAD_EVENT_KINDS, trace_grads
+from .graph import trace
+from .live import live
+from .memory import compare_memory, estimate_memory, track_memory
+from .module_graph import trace_modules
+from .modules import record_modules
+from .proof import show_error, written_for
+from .records import (
+    CATEGORIES, PHASES, BackwardOrder, GradEvent, GradTraceRecord, Graph, GraphNode, LiveGraph,
+    MemoryRecord, MemorySample, ModuleGraph, ModuleRecord, Step, format_bytes,
 )
+from .render import SVG, GraphvizNotFound, LayoutPolicy
+from .rollup import roll_up
 
-_MEMORY_AND_GRADIENTS = [
-    "CATEGORIES", "PHASES", "MemoryRecord", "MemorySample", "MemoryTracker", "compare_memory",
-    "estimate_memory", "track_memory", "GradEvent", "GradTrace", "GradTraceRecord",
+__all__: list[str] = [
+    "BackwardOrder",
+    "CATEGORIES",
+    "GRAD_ACTIONS",
+    "GRAD_EVENT_KINDS",
+    "GradEvent",
+    "GradTraceRecord",
+    "Graph",
+    "GraphNode",
+    "GraphvizNotFound",
+    "LayoutPolicy",
+    "LiveGraph",
+    "MemoryRecord",
+    "MemorySample",
+    "ModuleGraph",
+    "ModuleRecord",
+    "PHASES",
+    "SVG",
+    "Step",
+    "backward_order",
+    "compare_memory",
+    "estimate_memory",
+    "format_bytes",
+    "live",
+    "record_modules",
+    "roll_up",
+    "show_error",
+    "trace",
+    "trace_grads",
+    "trace_modules",
+    "track_memory",
+    "written_for",
 ]
-
-__all__: list[str] = [*_MEMORY_AND_GRADIENTS]
-__all__ += _GRAPH_API

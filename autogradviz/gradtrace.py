@@ -3,70 +3,31 @@ all-reduce did to every parameter's ``.grad``.
 
 ``.grad`` is a running sum: the first backward after it is ``None`` creates it,
 every later one adds into it, and only ``zero_grad`` (zeroing in place, or
-setting it to ``None``) starts the sum again. `GradTrace` records exactly that,
-per parameter and per backward, from the hooks in `autogradviz.recorder`.
+setting it to ``None``) starts the sum again. `trace_grads` records exactly that,
+per parameter and per backward, from the hooks in `autogradviz.recorder`, into a
+`GradTraceRecord` (`autogradviz.records`).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch import nn
 
+from .records import GRAD_ACTIONS, GRAD_EVENT_KINDS, GradAction, GradEvent, GradTraceRecord
 from .recorder import TrainingHooks, check_targets, named_params
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-    from matplotlib.axes import Axes
-
-__all__ = ["GradEvent", "GradTraceRecord", "GradTrace", "EVENT_KINDS", "ACTIONS"]
-
-EVENT_KINDS: tuple[str, ...] = ("backward", "zero_grad", "step", "allreduce")
-ACTIONS: tuple[str, ...] = ("created", "accumulated", "zeroed", "set_to_none")
+__all__ = ["GradEvent", "GradTraceRecord", "GRAD_EVENT_KINDS", "GRAD_ACTIONS", "trace_grads"]
 
 
-@dataclass(frozen=True)
-class GradEvent:
-    """One thing that happened to gradients.
-
-    ``micro_step`` counts the backward calls seen so far (a backward event of
-    the 3rd backward has micro_step 3; a zero_grad right after it also has 3).
-    ``norm`` is the L2 norm of ``.grad`` after the event (None when there is no
-    grad). ``synced`` is, under DDP, whether that backward all-reduced (False
-    inside ``no_sync()``); None without DDP. An "allreduce" event is one DDP
-    bucket; ``bucket`` names its parameters and ``nbytes`` is its buffer size.
-    """
-
-    micro_step: int
-    kind: str
-    param: str | None
-    action: str | None
-    norm: float | None
-    nbytes: int
-    synced: bool | None = None
-    bucket: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class GradTraceRecord:
-    """Everything a view needs: the parameter names in model order and the events."""
-
-    params: tuple[str, ...]
-    events: tuple[GradEvent, ...]
-
-    def norms(self, name: str) -> list[float]:
-        """Grad norm of ``name`` after each backward that reached it, in order."""
-        if name not in self.params:
-            raise ValueError(f"unknown parameter {name!r}; traced parameters are {list(self.params)}")
-        return [e.norm for e in self.events
-                if e.kind == "backward" and e.param == name and e.norm is not None]
-
-
-def _norm(t: torch.Tensor) -> float:
+def _measure(grad: torch.Tensor | None) -> tuple[float | None, int]:
+    """(L2 norm, bytes) of a ``.grad``; (None, 0) when there is none."""
+    if grad is None:
+        return None, 0
     with torch.no_grad():
-        return float(torch.linalg.vector_norm(t.detach().to(torch.float64)))
+        norm = float(torch.linalg.vector_norm(grad.detach().to(torch.float64)))
+    return norm, grad.nelement() * grad.element_size()
 
 
 def _is_ddp(model: Any) -> bool:
@@ -79,11 +40,11 @@ def _is_ddp(model: Any) -> bool:
 
 class _CommState:
     """State of the comm hook we leave on a DDP model: DDP allows one hook per
-    model for its whole life, so later traces re-point ``trace`` instead."""
+    model for its whole life, so later traces re-point ``tracer`` instead."""
 
     def __init__(self, process_group: Any) -> None:
         self.process_group = process_group
-        self.trace: GradTrace | None = None
+        self.tracer: _GradTracer | None = None
 
 
 def _recording_allreduce(state, bucket):  # noqa: ANN001, ANN201
@@ -91,36 +52,27 @@ def _recording_allreduce(state, bucket):  # noqa: ANN001, ANN201
     # ``from __future__ import annotations`` would turn them into strings.
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    if state.trace is not None:
-        state.trace._bucket(bucket)
+    if state.tracer is not None:
+        state.tracer._bucket(bucket)
     return allreduce_hook(state.process_group, bucket)
 
 
-class GradTrace:
-    """Trace ``.grad`` across any number of backward calls.
+class _GradTracer:
+    """What `trace_grads` returns: a one-use context manager that installs the hooks on
+    entry, yields the `GradTraceRecord` it fills, and removes the hooks on exit."""
 
-    >>> with GradTrace(model, optimizer) as trace:
-    ...     for x, y in micro_batches:
-    ...         (loss_fn(model(x), y) / k).backward()
-    ...     optimizer.step(); optimizer.zero_grad()
-    >>> trace.norms("0.weight"), trace.plot()
-
-    On a ``DistributedDataParallel`` model it also registers a communication
-    hook that performs the usual averaging all-reduce and records each bucket;
-    it stays registered after the trace (DDP cannot remove it) but then only
-    all-reduces.
-    """
-
-    def __init__(self, model: nn.Module | None = None,
-                 optimizer: torch.optim.Optimizer | None = None) -> None:
+    def __init__(self, model: nn.Module | None, optimizer: torch.optim.Optimizer | None) -> None:
         check_targets(model, optimizer)
         if model is None and optimizer is None:
-            raise ValueError("GradTrace needs a model, an optimizer or both, e.g. GradTrace(model, opt)")
+            raise ValueError("trace_grads needs a model, an optimizer or both, "
+                             "e.g. trace_grads(model, optimizer=opt)")
         self.model = model
         self.optimizer = optimizer
         self._params = named_params(model, optimizer)
+        self._order = {name: i for i, (name, _) in enumerate(self._params)}
         self._by_id = {id(p): name for name, p in self._params}
-        self._events: list[GradEvent] = []
+        self.record = GradTraceRecord(tuple(self._order))
+        self._events = self.record.events
         self._micro = 0
         self._open = False
         self._was_none: dict[str, bool] = {}
@@ -130,25 +82,32 @@ class GradTrace:
         self._synced: bool | None = None
         self._hooks: TrainingHooks | None = None
         self._active = False
+        self._used = False
 
     # --- context -----------------------------------------------------------------
-    def __enter__(self) -> GradTrace:
-        if self._active:
-            raise RuntimeError("this GradTrace is already active; use a new one per with-block")
-        self._hooks = TrainingHooks(self, self.model, self.optimizer)
+    def __enter__(self) -> GradTraceRecord:
+        if self._used:
+            raise RuntimeError("a trace_grads(...) context records one with-block; "
+                               "call trace_grads() again for a new one")
+        self._used = True
+        self._hooks = TrainingHooks(self, self.model, self.optimizer, self._params)
         self._hooks.install()
-        if _is_ddp(self.model):
-            self._attach_comm_hook()
+        try:
+            if _is_ddp(self.model):
+                self._attach_comm_hook()
+        except BaseException:
+            self._hooks.remove()
+            raise
         self._active = True
-        return self
+        return self.record
 
     def __exit__(self, *exc: Any) -> None:
         self._active = False
         if self._hooks is not None:
             self._hooks.remove()
         state = getattr(self.model, "_autogradviz_comm_state", None)
-        if state is not None and state.trace is self:
-            state.trace = None
+        if state is not None and state.tracer is self:
+            state.tracer = None
 
     def _attach_comm_hook(self) -> None:
         model: Any = self.model
@@ -159,10 +118,10 @@ class GradTrace:
                 model.register_comm_hook(state, _recording_allreduce)
             except RuntimeError as err:
                 raise ValueError(
-                    "this DDP model already has a communication hook, so GradTrace cannot add its "
-                    "recording all-reduce; trace a DDP model without a comm hook") from err
+                    "this DDP model already has a communication hook, so trace_grads cannot add "
+                    "its recording all-reduce; trace a DDP model without a comm hook") from err
             object.__setattr__(model, "_autogradviz_comm_state", state)
-        state.trace = self
+        state.tracer = self
 
     # --- listener methods (called by TrainingHooks) --------------------------------
     def grad_incoming(self, name: str, param: nn.Parameter) -> None:
@@ -171,7 +130,8 @@ class GradTrace:
         if not self._open:
             self._open = True
             self._micro += 1
-            self._synced = bool(self.model.require_backward_grad_sync) if _is_ddp(self.model) else None
+            model: Any = self.model
+            self._synced = bool(model.require_backward_grad_sync) if _is_ddp(model) else None
             # Queued from inside a callback, the close runs after every callback queued
             # during backward, including DDP's, which writes the averaged grads back.
             engine = torch.autograd.Variable._execution_engine
@@ -191,14 +151,12 @@ class GradTrace:
 
     def _close_backward(self) -> None:
         self._open = False
-        order = {name: i for i, (name, _) in enumerate(self._params)}
-        for name, p in sorted(self._ready, key=lambda item: order[item[0]]):
-            grad = p.grad
-            action = "created" if self._was_none.get(name, True) else "accumulated"
-            self._events.append(GradEvent(
-                self._micro, "backward", name, action,
-                None if grad is None else _norm(grad),
-                0 if grad is None else grad.nelement() * grad.element_size(), self._synced))
+        for name, p in sorted(self._ready, key=lambda item: self._order[item[0]]):
+            action: GradAction = ("created" if self._was_none.get(name, True)
+                                  else "accumulated")
+            norm, nbytes = _measure(p.grad)
+            self._events.append(GradEvent(self._micro, "backward", name, action, norm, nbytes,
+                                          self._synced))
         self._events.extend(self._buckets)
         self._ready.clear()
         self._buckets.clear()
@@ -211,39 +169,46 @@ class GradTrace:
         if not self._active:
             return
         for name, p in self._params:
-            if not self._had_grad.get(name):
-                continue
-            g = p.grad
-            if g is None:
-                self._events.append(GradEvent(self._micro, "zero_grad", name, "set_to_none", None, 0))
-            else:
-                self._events.append(GradEvent(self._micro, "zero_grad", name, "zeroed", _norm(g),
-                                              g.nelement() * g.element_size()))
+            if self._had_grad.get(name):
+                norm, nbytes = _measure(p.grad)
+                action: GradAction = "set_to_none" if p.grad is None else "zeroed"
+                self._events.append(GradEvent(self._micro, "zero_grad", name, action, norm,
+                                              nbytes))
 
     def step_end(self) -> None:
         if self._active:
             self._events.append(GradEvent(self._micro, "step", None, None, None, 0))
 
-    # --- results -----------------------------------------------------------------
-    @property
-    def params(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self._params)
 
-    @property
-    def events(self) -> list[GradEvent]:
-        return list(self._events)
+def trace_grads(model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None
+                ) -> AbstractContextManager[GradTraceRecord]:
+    """Record per-parameter gradient events over any number of steps while the block runs.
 
-    def record(self) -> GradTraceRecord:
-        return GradTraceRecord(self.params, tuple(self._events))
+    >>> with trace_grads(model, optimizer=opt) as grads:   # a GradTraceRecord
+    ...     for x, y in micro_batches:
+    ...         (loss_fn(model(x), y) / k).backward()
+    ...     opt.step(); opt.zero_grad()
+    >>> grads.norms("0.weight"), grads.events, grads.plot()
 
-    def norms(self, name: str) -> list[float]:
-        """Grad norm of ``name`` after each backward that reached it."""
-        return self.record().norms(name)
+    What it records: a `GradTraceRecord`, filled in as the block runs, with one
+    `GradEvent` per parameter for each backward (``.grad`` "created" or "accumulated",
+    its norm after), each ``zero_grad`` ("zeroed" or "set_to_none") and each optimizer
+    step. Compare `autogradviz.trace`, which records the autograd graph itself, and
+    `autogradviz.track_memory`, which records bytes.
 
-    def plot(self, ax: Axes | None = None, title: str | None = None,
-             params: Sequence[str] | None = None) -> Figure:
-        """Grad norm per parameter across micro-steps, with zero_grad, step and
-        all-reduce marked. ``params`` picks which parameters to draw."""
-        from .plots import plot_gradtrace
+    ``model`` and ``optimizer`` are both optional, but one is needed; parameters are named
+    as in ``model.named_parameters()`` (optimizer-only ones as ``group<g>.<i>``).
+    Arguments are checked here, before the block; a context records one block.
 
-        return plot_gradtrace(self.record(), ax=ax, title=title, params=params)
+    On a ``DistributedDataParallel`` model it also registers a communication hook that
+    performs the usual averaging all-reduce and records each bucket as an "allreduce"
+    event; backward events say whether that backward all-reduced (``synced`` is False
+    inside ``no_sync()``). The hook stays registered after the trace (DDP cannot remove
+    it) but then only all-reduces.
+    """
+    return _GradTracer(model, optimizer)
+
+
+# The former public name, still imported by the package's __init__ until it exports
+# trace_grads. Not in __all__; use trace_grads().
+GradTrace = _GradTracer

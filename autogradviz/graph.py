@@ -1,9 +1,13 @@
-"""Record an autograd graph as plain dataclasses.
+"""Record an autograd graph as plain records: the one graph walk of the package.
 
 `trace()` walks ``grad_fn.next_functions`` from the roots, iteratively (an
-unrolled RNN is thousands of Nodes deep), and copies what it sees into
-`GraphNode` records. Views (DOT, SVG, HTML in :mod:`autogradviz.render`) read
-only these records and never reach back into torch.
+unrolled RNN is thousands of Nodes deep), and copies what it sees into the
+`GraphNode` records of :mod:`autogradviz.records`. Views (DOT, SVG, HTML in
+:mod:`autogradviz.render`) read only these records and never reach back into torch.
+
+The walk is `GraphWalk`: `trace()` runs it once, `backward_order()` runs it once
+and keeps its Node index for the pre-hooks, and `live()` extends one walk as the
+forward pass creates Nodes, reading each Node once (frames cost the new Nodes only).
 
 Edge direction: ``(src, dst)`` means ``dst`` is in ``src.next_functions``, i.e.
 the direction gradients flow during ``backward()`` (from the loss towards the
@@ -17,129 +21,27 @@ Hooks: hooks on drawn tensors are shown (``tensor._backward_hooks`` and
 Node (``node.register_hook`` / ``node.register_prehook``) are NOT shown: torch
 (checked on 2.13) keeps them only in the C++ Node's hook lists, wrapped in
 C++ hook objects; the Python Node exposes ways to add them and none to read
-them back (no ``_pre_hooks``/``pre_hooks()``; the dict of each hook is held by
-the returned handle and the C++ hook, not by the Node). A trace therefore
-cannot tell whether someone else hooked a Node; `backward_order` knows about
-the pre-hooks because it registers them itself.
+them back. A trace therefore cannot tell whether someone else hooked a Node;
+`backward_order` knows about the pre-hooks because it registers them itself.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from .modules import ModuleRecord
+from .records import Graph, GraphNode, Kind, ModuleRecord, SavedState
 
-__all__ = ["GraphNode", "Graph", "trace", "function_name"]
+__all__ = ["trace", "function_name", "GraphWalk"]
 
-# Kinds of drawn records. Autograd Nodes are all "function"; the rest are tensors.
-FUNCTION = "function"
-PARAM = "param"  # a leaf named by `params`
-LEAF = "leaf"  # a leaf requiring grad that `params` does not name
-SAVED = "saved"  # a tensor a Node saved for backward
-OUTPUT = "output"  # a root passed to trace()
-KINDS = (FUNCTION, PARAM, LEAF, SAVED, OUTPUT)
+Params = torch.nn.Module | Mapping[str, torch.Tensor] | None
 
-
-@dataclass(frozen=True)
-class GraphNode:
-    """One drawn thing: an autograd Node (kind "function") or a tensor."""
-
-    id: int
-    name: str
-    kind: str
-    shape: tuple[int, ...] | None = None
-    dtype: str | None = None
-    nbytes: int | None = None
-    # Saved tensors only: False once backward() freed the buffer; None if unknown.
-    alive: bool | None = None
-    module: str | None = None  # path of the nn.Module that produced it ("" = root)
-    # Position in the real backward execution order (set by backward_order()).
-    step: int | None = None
-    # Ordered (key, value) strings shown in tooltips; never addresses.
-    details: tuple[tuple[str, str], ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"GraphNode.kind must be one of {KINDS}, got {self.kind!r}")
-
-
-@dataclass
-class Graph:
-    """An autograd graph as records. Render with `.svg()`, `.to_dot()`, `.html()`."""
-
-    nodes: list[GraphNode]
-    edges: list[tuple[int, int]]  # function -> next function (gradient direction)
-    tensor_edges: list[tuple[int, int]] = field(default_factory=list)
-    group_modules: bool = False
-    depth: int | None = None
-    module_types: dict[str, str] = field(default_factory=dict)
-    # Rolled-up repeated blocks: representative module path -> (label, count).
-    rolled: dict[str, tuple[str, int]] = field(default_factory=dict)
-    title: str | None = None
-    # Total bytes of distinct saved storages that are still alive.
-    saved_bytes: int = 0
-
-    @property
-    def function_nodes(self) -> list[GraphNode]:
-        return [n for n in self.nodes if n.kind == FUNCTION]
-
-    @property
-    def function_edges(self) -> list[tuple[int, int]]:
-        """Same as `edges`: one per (Node, next_function) pair."""
-        return self.edges
-
-    @property
-    def num_functions(self) -> int:
-        return sum(1 for n in self.nodes if n.kind == FUNCTION)
-
-    def node(self, node_id: int) -> GraphNode:
-        return self.nodes[node_id]
-
-    def names(self) -> list[str]:
-        return [n.name for n in self.nodes if n.kind == FUNCTION]
-
-    def caption(self) -> str:
-        from .render import human_bytes
-
-        return f"{self.num_functions} autograd Nodes · saved tensors {human_bytes(self.saved_bytes)}"
-
-    # Views live in render.py; these only forward to them.
-    def to_dot(self, **options: Any) -> str:
-        from .render import to_dot
-
-        return to_dot(self, **options)
-
-    def svg(self, **options: Any) -> str:
-        from .render import render_svg
-
-        return render_svg(self, **options)
-
-    def png(self, **options: Any) -> bytes:
-        from .render import render_png
-
-        return render_png(self, **options)
-
-    def html(self, **options: Any) -> str:
-        from .render import render_html
-
-        return render_html(self, **options)
-
-    def save(self, path: Any, **options: Any) -> None:
-        from .render import save
-
-        save(self, path, **options)
-
-    def _repr_svg_(self) -> str:
-        return self.svg()
-
-    def __repr__(self) -> str:
-        return f"Graph({self.caption()}, {len(self.nodes)} drawn records)"
+# Drawing options that used to be trace() arguments: where they went.
+_MOVED_TO_VIEWS = ("group_modules", "depth", "rollup", "expand")
 
 
 def function_name(node: Any) -> str:
@@ -156,69 +58,44 @@ def function_name(node: Any) -> str:
     return name.rsplit("::", 1)[-1]
 
 
-# ---------------------------------------------------------------- the walk
-
-
-def _as_roots(roots: Any) -> list[torch.Tensor]:
+def as_roots(roots: Any, caller: str = "trace") -> list[torch.Tensor]:
+    """`roots` as a non-empty list of tensors that have an autograd graph, or a clear error."""
     if isinstance(roots, torch.Tensor):
         roots = [roots]
     elif isinstance(roots, (str, bytes)) or not isinstance(roots, Iterable):
         raise TypeError(
-            f"trace() takes a tensor or a sequence of tensors, got {type(roots).__name__}; "
-            "pass the output of your forward pass, e.g. trace(loss) or trace([out1, out2])"
+            f"{caller}() takes a tensor or a sequence of tensors, got {type(roots).__name__}; "
+            f"pass the output of your forward pass, e.g. {caller}(loss) or {caller}([out1, out2])"
         )
     roots = list(roots)
     if not roots:
-        raise ValueError("trace() got an empty sequence; pass at least one tensor, e.g. trace(loss)")
+        raise ValueError(
+            f"{caller}() got an empty sequence; pass at least one tensor, e.g. {caller}(loss)"
+        )
     for i, t in enumerate(roots):
         if not isinstance(t, torch.Tensor):
             raise TypeError(
-                f"trace() root {i} is a {type(t).__name__}, not a tensor; pass tensors produced by "
-                "operations on tensors with requires_grad=True"
+                f"{caller}() root {i} is a {type(t).__name__}, not a tensor; pass tensors "
+                "produced by operations on tensors with requires_grad=True"
             )
         if t.grad_fn is None and not t.requires_grad:
             raise ValueError(
-                f"trace() root {i} (shape {tuple(t.shape)}) has no grad_fn and does not require grad, "
-                "so it has no autograd graph; compute it from a tensor with requires_grad=True "
-                "outside torch.no_grad(), or pass a tensor that has a grad_fn"
+                f"{caller}() root {i} (shape {tuple(t.shape)}) has no grad_fn and does not "
+                "require grad, so it has no autograd graph; compute it from a tensor with "
+                "requires_grad=True outside torch.no_grad(), or pass a tensor that has a grad_fn"
             )
     return roots
 
 
-def _root_node(t: torch.Tensor) -> Any:
+def root_node(t: torch.Tensor) -> Any:
+    """The Node that starts backward from `t`."""
     if t.grad_fn is not None:
         return t.grad_fn
     # A leaf that requires grad: its gradient edge is its AccumulateGrad Node.
     return torch.autograd.graph.get_gradient_edge(t).node
 
 
-def walk(root_nodes: Sequence[Any]) -> tuple[list[Any], dict[Any, int], list[tuple[int, int]]]:
-    """Breadth-first walk over Nodes. Returns (nodes in order, node -> index, edges).
-
-    Iterative on purpose: recursion depth would grow with graph depth.
-    """
-    order: list[Any] = []
-    index: dict[Any, int] = {}
-    for n in root_nodes:
-        if n not in index:
-            index[n] = len(order)
-            order.append(n)
-    edges: list[tuple[int, int]] = []
-    queue = deque(order)
-    while queue:
-        n = queue.popleft()
-        src = index[n]
-        for nxt, _ in n.next_functions:
-            if nxt is None:
-                continue
-            dst = index.get(nxt)
-            if dst is None:
-                dst = index[nxt] = len(order)
-                order.append(nxt)
-                queue.append(nxt)
-            edges.append((src, dst))
-    return order, index, edges
-
+# ---------------------------------------------------------------- saved tensors
 
 # Per Node class: sorted names of tensor and non-tensor saved attributes.
 _SAVED_ATTRS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
@@ -230,9 +107,10 @@ def _saved_attrs(node: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if hit is None:
         names = dir(node)
         raw = tuple(sorted(a[len("_raw_saved_"):] for a in names if a.startswith("_raw_saved_")))
-        other = tuple(
-            sorted(a[len("_saved_"):] for a in names if a.startswith("_saved_") and a[len("_saved_"):] not in raw)
-        )
+        other = tuple(sorted(
+            a[len("_saved_"):] for a in names
+            if a.startswith("_saved_") and a[len("_saved_"):] not in raw
+        ))
         hit = _SAVED_ATTRS[cls] = (raw, other)
     return hit
 
@@ -241,14 +119,30 @@ def _saved_attrs(node: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
 class _SavedInfo:
     attr: str
     tensor: torch.Tensor | None
-    state: str  # "alive" | "freed" | "packed"
+    state: SavedState
+
+
+def _own_packed_tensor(packed: Any) -> torch.Tensor | None:
+    """The tensor inside a value packed by the package's own saved-tensor hooks.
+
+    `track_memory` and friends pack every saved tensor into a ticket that holds the
+    tensor itself (recorder.py); seeing through it keeps a graph traced inside their
+    block identical to one traced outside. Anything else packed (checkpoint's handle,
+    save_on_cpu's copy) stays "packed": reading it would mean running user code.
+    """
+    from .recorder import _Held, _Saved  # lazy: the memory side's recorder, read-only here
+
+    while type(packed) is _Held:
+        packed = packed.packed
+    return packed.tensor if type(packed) is _Saved else None
 
 
 def _read_saved(node: Any, attr: str) -> list[_SavedInfo]:
     """Read one saved-tensor slot without triggering unpack hooks.
 
     `_raw_saved_x.data` gives the stored tensor without running unpack hooks
-    (checkpoint recomputes on unpack!) and is None once backward freed it.
+    (checkpoint recomputes on unpack!) and is None once backward freed it; with a
+    hook pair it gives the packed value instead.
     """
     try:
         raw = getattr(node, "_raw_saved_" + attr)
@@ -260,13 +154,15 @@ def _read_saved(node: Any, attr: str) -> list[_SavedInfo]:
         label = attr if len(items) == 1 else f"{attr}[{k}]"
         if item is None:
             continue
-        if getattr(item, "unpack_hook", None) is not None:
-            out.append(_SavedInfo(label, None, "packed"))
-            continue
         try:
             data = item.data
         except (RuntimeError, AttributeError):
             data = None
+        if getattr(item, "unpack_hook", None) is not None:
+            data = _own_packed_tensor(data)
+            if data is None:
+                out.append(_SavedInfo(label, None, "packed"))
+                continue
         if isinstance(data, torch.Tensor):
             out.append(_SavedInfo(label, data, "alive"))
             continue
@@ -285,6 +181,22 @@ def _fmt_value(v: Any) -> str | None:
     if "0x" in text or " at " in text:  # never put an address in a record
         return None
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _node_attrs(node: Any) -> tuple[tuple[str, str], ...]:
+    """Non-tensor saved attributes (dim, stride, ...) as (name, repr) pairs."""
+    out = []
+    for attr in _saved_attrs(node)[1]:
+        try:
+            text = _fmt_value(getattr(node, "_saved_" + attr))
+        except RuntimeError:  # freed by backward
+            text = None
+        if text is not None:
+            out.append((attr, text))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- tensors
 
 
 def _tensor_fields(t: torch.Tensor) -> dict[str, Any]:
@@ -323,8 +235,8 @@ def _tensor_details(t: torch.Tensor) -> list[tuple[str, str]]:
     return d
 
 
-def _param_names(params: Any) -> dict[int, tuple[str, torch.Tensor]]:
-    """id(tensor) -> (name, tensor). The tensor is kept so the id stays valid."""
+def param_names(params: Params) -> dict[int, tuple[tuple[str, ...], torch.Tensor]]:
+    """id(tensor) -> (its names, tensor). The tensor is kept so the id stays valid."""
     if params is None:
         return {}
     if isinstance(params, torch.nn.Module):
@@ -333,189 +245,246 @@ def _param_names(params: Any) -> dict[int, tuple[str, torch.Tensor]]:
         pairs = params.items()
     else:
         raise TypeError(
-            f"params must be an nn.Module or a Mapping[str, Tensor], got {type(params).__name__}; "
-            "pass params=model or params=dict(model.named_parameters())"
+            f"params must be an nn.Module or a Mapping[str, Tensor], got "
+            f"{type(params).__name__}; pass params=model or params=dict(model.named_parameters())"
         )
-    out: dict[int, tuple[str, torch.Tensor]] = {}
+    out: dict[int, tuple[tuple[str, ...], torch.Tensor]] = {}
     for name, p in pairs:
         if not isinstance(p, torch.Tensor):
             raise TypeError(f"params[{name!r}] is a {type(p).__name__}, not a tensor")
         key = id(p)
-        if key in out:
-            # Weight tying: one tensor, several names; show them all.
-            out[key] = (f"{out[key][0]} = {name}", p)
-        else:
-            out[key] = (str(name), p)
+        # Weight tying: one tensor, several names; all are kept.
+        out[key] = ((*out[key][0], str(name)) if key in out else (str(name),), p)
     return out
+
+
+# ---------------------------------------------------------------- the walk
+
+
+class GraphWalk:
+    """The one graph walk: reads each autograd Node once and keeps its records.
+
+    `extend(root_nodes)` walks breadth-first from the given Nodes, stopping at Nodes
+    already read, and records the new ones in three parts: function records
+    (`_function_record`), tensor attachments (`_attach_tensor`: parameters and
+    leaves) and saved tensors (`_attach_saved`). `graph()` is a snapshot of all
+    records so far. Iterative on purpose: recursion depth would grow with graph depth.
+    """
+
+    def __init__(self, params: Params = None, *, saved: bool = True,
+                 modules: ModuleRecord | None = None) -> None:
+        self.names = param_names(params)
+        self.saved = saved
+        self.modules = modules
+        self.order: list[Any] = []  # autograd Nodes in walk order
+        self.index: dict[Any, int] = {}  # Node -> id of its function record
+        self.nodes: list[GraphNode] = []
+        self.edges: list[tuple[int, int]] = []
+        self.tensor_edges: list[tuple[int, int]] = []
+        self.saved_bytes = 0
+        self._seen_storage: set[tuple[int, int]] = set()
+        self._attached: dict[int, list[int]] = {}  # function id -> ids of its tensors
+        self._owners_read = 0  # entries of modules.owner already applied
+
+    @property
+    def visited(self) -> int:
+        """Autograd Nodes read so far (each exactly once)."""
+        return len(self.order)
+
+    def extend(self, root_nodes: Sequence[Any],
+               root_tensors: Sequence[torch.Tensor] = ()) -> list[Any]:
+        """Read the Nodes reachable from `root_nodes` that are not read yet; return them."""
+        start = len(self.order)
+        self._walk(root_nodes)
+        new = self.order[start:]
+        ids = [self.index[n] for n in new]
+        for n, i in zip(new, ids):
+            self._function_record(i, n)
+        for k, t in enumerate(root_tensors):
+            # Roots are drawn as outputs pointing at the Node that starts backward.
+            label = "output" if len(root_tensors) == 1 else f"output {k}"
+            nid = self._add_tensor("output", label, t, None)
+            self.tensor_edges.append((nid, self.index[root_node(t)]))
+        for n, i in zip(new, ids):
+            self._attach_tensor(i, n)
+            if self.saved:
+                self._attach_saved(i, n)
+        return new
+
+    def _walk(self, root_nodes: Sequence[Any]) -> None:
+        # Function ids are reserved in walk order; records are filled in by `extend`
+        # (a placeholder keeps ids equal to positions in `nodes`).
+        queue: deque[Any] = deque()
+        for n in root_nodes:
+            if n not in self.index:
+                self._reserve(n)
+                queue.append(n)
+        while queue:
+            n = queue.popleft()
+            src = self.index[n]
+            for nxt, _ in n.next_functions:
+                if nxt is None:
+                    continue
+                dst = self.index.get(nxt)
+                if dst is None:
+                    dst = self._reserve(nxt)
+                    queue.append(nxt)
+                self.edges.append((src, dst))
+
+    def _reserve(self, n: Any) -> int:
+        i = len(self.nodes)
+        self.index[n] = i
+        self.order.append(n)
+        self.nodes.append(_PLACEHOLDER)
+        return i
+
+    def _param_of(self, n: Any) -> tuple[tuple[str, ...], torch.Tensor] | None:
+        var = getattr(n, "variable", None)
+        if not isinstance(var, torch.Tensor):
+            return None
+        hit = self.names.get(id(var))
+        return hit if hit is not None and hit[1] is var else None
+
+    def _module_of(self, n: Any) -> str | None:
+        if self.modules is None:
+            return None
+        hit = self._param_of(n)
+        if hit is not None:
+            # A parameter's AccumulateGrad belongs with the module that owns it.
+            return hit[0][0].rpartition(".")[0]
+        return self.modules.owner.get(n)
+
+    def _function_record(self, i: int, n: Any) -> None:
+        name = function_name(n)
+        mod = self._module_of(n)
+        attrs = _node_attrs(n) if self.saved else ()
+        details: list[tuple[str, str]] = [("node", name)]
+        if mod is not None:
+            details.append(("module", mod or "(top level)"))
+        details.append(("next functions", str(sum(1 for f, _ in n.next_functions if f is not None))))
+        details.extend(attrs)
+        self.nodes[i] = GraphNode(i, name, "function", module=mod, attrs=attrs,
+                                  details=tuple(details))
+
+    def _add_tensor(self, kind: Kind, name: str, t: torch.Tensor | None, module: str | None,
+                    extra: Sequence[tuple[str, str]] = (), state: SavedState | None = None,
+                    names: tuple[str, ...] = ()) -> int:
+        nid = len(self.nodes)
+        fields: dict[str, Any] = _tensor_fields(t) if t is not None else {}
+        details = [("tensor", name), *(_tensor_details(t) if t is not None else []), *extra]
+        if module:
+            details.append(("module", module))
+        self.nodes.append(GraphNode(nid, name, kind, module=module, details=tuple(details),
+                                    saved_state=state, param_names=names, **fields))
+        return nid
+
+    def _attach_tensor(self, i: int, n: Any) -> None:
+        """The leaf tensor of an AccumulateGrad Node: a named parameter or a plain leaf."""
+        var = getattr(n, "variable", None)
+        if not isinstance(var, torch.Tensor):
+            return
+        hit = self._param_of(n)
+        mod = self.nodes[i].module
+        if hit is not None:
+            nid = self._add_tensor("param", " = ".join(hit[0]), var, mod, names=hit[0])
+        else:
+            nid = self._add_tensor("leaf", "leaf", var, mod)
+        self.tensor_edges.append((i, nid))
+        self._attached.setdefault(i, []).append(nid)
+
+    def _attach_saved(self, i: int, n: Any) -> None:
+        """The tensors Node `n` saved for backward, each storage counted once in bytes."""
+        fn = self.nodes[i]
+        for attr in _saved_attrs(n)[0]:
+            for info in _read_saved(n, attr):
+                t = info.tensor
+                label = info.attr
+                if t is not None:
+                    hit = self.names.get(id(t))
+                    if hit is not None and hit[1] is t:
+                        label = f"{info.attr} ({' = '.join(hit[0])})"
+                    key = _storage_key(t)
+                    if key is not None and key not in self._seen_storage:
+                        self._seen_storage.add(key)
+                        self.saved_bytes += key[1]
+                extra = [("saved by", fn.name), ("state", info.state)]
+                nid = self._add_tensor("saved", label, t, fn.module, extra, state=info.state)
+                self.tensor_edges.append((nid, i))
+                self._attached.setdefault(i, []).append(nid)
+
+    def apply_new_owners(self) -> None:
+        """Give already-read Nodes the modules that claimed them since the last call.
+
+        `record_modules` claims a Node when its module's forward returns, after the
+        Node was created (and, in `live()`, already read); claims are read in order,
+        each once.
+        """
+        if self.modules is None:
+            return
+        owner = self.modules.owner
+        if len(owner) == self._owners_read:
+            return
+        items = list(owner.items())[self._owners_read:]
+        self._owners_read = len(owner)
+        for n, path in items:
+            i = self.index.get(n)
+            if i is None or self.nodes[i].module is not None:
+                continue
+            self.nodes[i] = _with_module(self.nodes[i], path)
+            for t in self._attached.get(i, ()):
+                if self.nodes[t].kind != "param":
+                    self.nodes[t] = _with_module(self.nodes[t], path)
+
+    def graph(self, title: str | None = None) -> Graph:
+        """A snapshot of every record so far (later `extend` calls do not change it)."""
+        types = dict(self.modules.types) if self.modules is not None else {}
+        return Graph(nodes=list(self.nodes), edges=list(self.edges),
+                     tensor_edges=list(self.tensor_edges), module_types=types,
+                     title=title, saved_bytes=self.saved_bytes)
+
+
+_PLACEHOLDER = GraphNode(-1, "", "function")
+
+
+def _with_module(n: GraphNode, path: str) -> GraphNode:
+    return dataclasses.replace(n, module=path,
+                               details=n.details + (("module", path or "(top level)"),))
 
 
 def trace(
     roots: torch.Tensor | Sequence[torch.Tensor],
-    params: torch.nn.Module | Mapping[str, torch.Tensor] | None = None,
+    params: Params = None,
     *,
     saved: bool = True,
-    group_modules: bool = False,
-    depth: int | None = None,
-    rollup: bool = False,
-    expand: Iterable[str] = (),
     modules: ModuleRecord | None = None,
+    **moved: Any,
 ) -> Graph:
     """Record the autograd graph behind `roots`.
 
     Args:
         roots: a tensor or a sequence of tensors (e.g. the loss).
         params: an nn.Module or a name -> tensor mapping, used to name leaves.
-        saved: also record the tensors each Node saved for backward.
-        group_modules: cluster Nodes by the nn.Module that produced them. Needs
-            `modules`, a record from ``with record_modules(model) as rec: ...``.
-        depth: deepest module nesting shown as clusters (None: all).
-        rollup: draw repeated identical blocks (``h.0`` ... ``h.11``) once, as "×12".
-        expand: module paths whose repeated blocks stay expanded.
-        modules: the `ModuleRecord` that says which module produced which Node.
+        saved: also record the tensors each Node saved for backward, and its other
+            saved attributes (dim, stride, ...).
+        modules: the `ModuleRecord` from ``with record_modules(model) as rec: ...``,
+            which says which module produced each Node (drawn with
+            ``g.svg(group_modules=True)`` or ``g.svg(rollup=True)``).
     """
-    root_tensors = _as_roots(roots)
-    if depth is not None and (not isinstance(depth, int) or depth < 1):
-        raise ValueError(f"depth must be a positive int or None, got {depth!r}")
-    if (group_modules or rollup) and modules is None:
-        raise ValueError(
-            "group_modules/rollup need to know which module produced each Node; record the forward with "
-            "`with autogradviz.record_modules(model) as rec: out = model(x)` and pass trace(out, params=model, "
-            "modules=rec, group_modules=True)"
+    if moved:
+        names = ", ".join(sorted(moved))
+        if set(moved) <= set(_MOVED_TO_VIEWS):
+            raise TypeError(
+                f"trace() no longer takes {names}: it is a drawing choice, so pass it to the "
+                f"call that draws, e.g. trace(loss, params=model, modules=rec)"
+                f".svg({next(iter(sorted(moved)))}=...)"
+            )
+        raise TypeError(f"trace() got unexpected keyword arguments: {names}")
+    root_tensors = as_roots(roots)
+    if modules is not None and not isinstance(modules, ModuleRecord):
+        raise TypeError(
+            f"modules must be the ModuleRecord from `with record_modules(model) as rec:`, "
+            f"got {type(modules).__name__}"
         )
-    names = _param_names(params)
-    order, index, edges = walk([_root_node(t) for t in root_tensors])
-    return _build(
-        order,
-        edges,
-        root_tensors=root_tensors,
-        names=names,
-        saved=saved,
-        modules=modules,
-        group_modules=group_modules or rollup,
-        depth=depth,
-        rollup=rollup,
-        expand=tuple(expand),
-    )
-
-
-def _build(
-    order: list[Any],
-    edges: list[tuple[int, int]],
-    *,
-    root_tensors: Sequence[torch.Tensor],
-    names: dict[int, tuple[str, torch.Tensor]],
-    saved: bool,
-    modules: ModuleRecord | None,
-    group_modules: bool,
-    depth: int | None,
-    rollup: bool,
-    expand: tuple[str, ...],
-) -> Graph:
-    index = {n: i for i, n in enumerate(order)}
-    owner = modules.owner if modules is not None else {}
-    nodes: list[GraphNode] = []
-    fn_module: list[str | None] = []
-    for i, n in enumerate(order):
-        name = function_name(n)
-        mod = owner.get(n)
-        details: list[tuple[str, str]] = [("node", name)]
-        if mod is not None:
-            details.append(("module", mod or "(top level)"))
-        details.append(("next functions", str(sum(1 for f, _ in n.next_functions if f is not None))))
-        if saved:
-            for attr in _saved_attrs(n)[1]:
-                try:
-                    text = _fmt_value(getattr(n, "_saved_" + attr))
-                except RuntimeError:
-                    text = None
-                if text is not None:
-                    details.append((attr, text))
-        fn_module.append(mod)
-        nodes.append(GraphNode(i, name, FUNCTION, module=mod, details=tuple(details)))
-
-    tensor_edges: list[tuple[int, int]] = []
-    seen_storage: set[tuple[int, int]] = set()
-    saved_bytes = 0
-
-    def add(kind: str, name: str, t: torch.Tensor | None, module: str | None, extra=()) -> int:
-        nid = len(nodes)
-        fields: dict[str, Any] = _tensor_fields(t) if t is not None else {}
-        details = [("tensor", name)] + (_tensor_details(t) if t is not None else []) + list(extra)
-        if module:
-            details.append(("module", module))
-        nodes.append(GraphNode(nid, name, kind, module=module, details=tuple(details), **fields))
-        return nid
-
-    # Roots are drawn as outputs pointing at the Node that starts backward.
-    for k, t in enumerate(root_tensors):
-        label = "output" if len(root_tensors) == 1 else f"output {k}"
-        nid = add(OUTPUT, label, t, None)
-        tensor_edges.append((nid, index[_root_node(t)]))
-
-    for i, n in enumerate(order):
-        var = getattr(n, "variable", None)
-        if isinstance(var, torch.Tensor):
-            hit = names.get(id(var))
-            if hit is not None and hit[1] is var:
-                pname = hit[0]
-                mod = pname.split(" = ")[0].rpartition(".")[0] if modules is not None else None
-                if mod is not None:
-                    # A parameter's AccumulateGrad belongs with the module that owns it.
-                    nodes[i] = dataclasses.replace(nodes[i], module=mod)
-                    fn_module[i] = mod
-                nid = add(PARAM, pname, var, mod)
-            else:
-                nid = add(LEAF, "leaf", var, fn_module[i])
-            tensor_edges.append((i, nid))
-        if not saved:
-            continue
-        for attr in _saved_attrs(n)[0]:
-            for info in _read_saved(n, attr):
-                t = info.tensor
-                extra = [("saved by", nodes[i].name), ("state", info.state)]
-                label = info.attr
-                if t is not None:
-                    hit = names.get(id(t))
-                    if hit is not None and hit[1] is t:
-                        label = f"{info.attr} ({hit[0]})"
-                    key = _storage_key(t)
-                    if key is not None and key not in seen_storage:
-                        seen_storage.add(key)
-                        saved_bytes += key[1]
-                nid = add(SAVED, label, t, fn_module[i], extra)
-                alive = None if info.state == "packed" else info.state == "alive"
-                nodes[nid] = dataclasses.replace(nodes[nid], alive=alive)
-                tensor_edges.append((nid, i))
-
-    module_types = dict(modules.types) if modules is not None else {}
-    graph = Graph(
-        nodes=nodes,
-        edges=edges,
-        tensor_edges=tensor_edges,
-        group_modules=group_modules,
-        depth=depth,
-        module_types=module_types,
-        saved_bytes=saved_bytes,
-    )
-    if rollup:
-        from .modules import roll_up
-
-        graph = roll_up(graph, expand=expand)
-    return graph
-
-
-def trace_nodes(root_nodes: Sequence[Any], **kwargs: Any) -> Graph:
-    """Trace from autograd Nodes rather than tensors (used by live())."""
-    order, _, edges = walk(list(root_nodes))
-    return _build(
-        order,
-        edges,
-        root_tensors=(),
-        names=_param_names(kwargs.get("params")),
-        saved=kwargs.get("saved", True),
-        modules=kwargs.get("modules"),
-        group_modules=kwargs.get("group_modules", False),
-        depth=kwargs.get("depth"),
-        rollup=False,
-        expand=(),
-    )
+    walk = GraphWalk(params, saved=saved, modules=modules)
+    walk.extend([root_node(t) for t in root_tensors], root_tensors)
+    return walk.graph()

@@ -1,10 +1,14 @@
 """Watch the autograd DAG grow while the forward pass runs.
 
 Inside ``with live(model) as lg:``, a TorchFunctionMode sees every torch call;
-every `every` calls that produced a tensor with a grad_fn it snapshots the
+every `every` calls that produced a tensor with a new grad_fn it snapshots the
 graph built so far (a `Graph` record) and, in a notebook, redraws it in place
 through an IPython display handle. The intermediate frames exist only live (and
 in ``lg.frames`` / ``lg.strip()``); the stored output is the final frame.
+
+Frames are incremental: one `GraphWalk` is extended with the Nodes each call
+created, so every Node is read once however many frames are taken (a frame
+costs its new Nodes plus a copy of the record lists, not a walk of the graph).
 
 Why the display is done this way: the tools that store and check notebook
 outputs disagree about display updates. nbclient (nbconvert --execute,
@@ -16,61 +20,39 @@ handle starts EMPTY (a display with no data: invisible in Jupyter and dropped
 by the static site), receives the frames as updates, is blanked again on exit,
 and the final frame is then shown by a fresh display with no id. Both tools
 then hold the same two outputs: [empty, final frame].
+
+torch.compile: Dynamo would trace this module's mode and hooks into the compiled
+code (dozens of frames, graph breaks). A compiled module is refused with a clear
+error, and calls made while Dynamo traces are passed through unrecorded.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .graph import Graph, trace_nodes
-from .modules import ModuleRecord, _tensors, record_modules
-from .render import SVG, compose_strip, render_svg
+from .graph import GraphWalk
+from .modules import record_modules, tensors_in
+from .records import LiveGraph
 
-__all__ = ["LiveGraph", "live"]
-
-
-@dataclass
-class LiveGraph:
-    """What `live()` saw: snapshots in order, and the final graph."""
-
-    every: int
-    frames: list[Graph] = field(default_factory=list)
-    graph: Graph | None = None
-    ops: int = 0  # torch calls that produced a tensor with a grad_fn
-
-    def strip(self, max_frames: int = 6) -> SVG:
-        """Evenly spaced frames, the last one included, side by side in one SVG."""
-        if max_frames < 1:
-            raise ValueError(f"max_frames must be at least 1, got {max_frames}")
-        if not self.frames:
-            raise ValueError("no frames were recorded: run a forward pass with grad enabled inside live()")
-        n = len(self.frames)
-        picks = sorted({round(i * (n - 1) / max(max_frames - 1, 1)) for i in range(max_frames)}) if n > 1 else [0]
-        svgs = [render_svg(self.frames[i]) for i in picks]
-        labels = [f"{self.frames[i].num_functions} Nodes" for i in picks]
-        return SVG(compose_strip(svgs, labels))
-
-    def _repr_svg_(self) -> str:
-        if self.graph is None:
-            raise ValueError("live() has not finished; display it after the with-block")
-        return self.graph.svg()
+__all__ = ["live"]
 
 
 class _Watch(TorchFunctionMode):
-    def __init__(self, on_node) -> None:
+    def __init__(self, on_nodes: Any) -> None:
         super().__init__()
-        self.on_node = on_node
+        self.on_nodes = on_nodes
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        new = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
+        if torch.compiler.is_compiling():  # never record inside code Dynamo traces
+            return out
+        new = [t.grad_fn for t in tensors_in(out) if t.grad_fn is not None]
         if new:
-            self.on_node(new)
+            self.on_nodes(new)
         return out
 
 
@@ -83,30 +65,53 @@ def _in_kernel() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
+def _is_compiled(model: torch.nn.Module) -> bool:
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return (isinstance(model, OptimizedModule)
+            or getattr(model, "_compiled_call_impl", None) is not None)
+
+
+def _svg(graph: Any, options: dict[str, Any]) -> Any:
+    from .render import SVG, render_svg  # view, only needed in a notebook
+
+    return SVG(render_svg(graph, **options))
+
+
 @contextmanager
 def live(model: torch.nn.Module | None = None, *, every: int = 1, display: bool = True,
          group_modules: bool = False) -> Iterator[LiveGraph]:
     """Record (and in a notebook, draw) the DAG as the forward pass builds it.
 
-    `model` names parameters and, with `group_modules=True`, clusters Nodes by
-    module. `every`: snapshot after this many graph-building torch calls.
+    `model` names parameters and records which module produced each Node.
+    `every`: snapshot after this many graph-building torch calls. `group_modules`
+    is how the notebook display draws the frames (clusters by module); the frames
+    themselves can be drawn any way later (``lg.frames[i].svg(...)``).
     Outside an IPython kernel nothing is displayed; frames are still recorded.
     """
-    if not isinstance(every, int) or every < 1:
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ValueError(f"every must be a positive int, got {every!r}")
     if model is not None and not isinstance(model, torch.nn.Module):
         raise TypeError(f"live() takes an nn.Module or None, got {type(model).__name__}")
+    if group_modules and model is None:
+        raise ValueError("group_modules=True needs the model: pass live(model, group_modules=True)")
+    if model is not None and _is_compiled(model):
+        raise TypeError(
+            "live() cannot watch a torch.compile'd module: the compiled code runs as one fused "
+            "graph and Dynamo would trace live()'s own hooks. Pass the uncompiled module "
+            "instead, e.g. live(compiled._orig_mod) for compiled = torch.compile(model)"
+        )
     lg = LiveGraph(every=every)
-    produced: list[Any] = []  # Nodes returned by torch calls, in creation order
-    known: set[Any] = set()
-    consumed: set[Any] = set()
     show = display and _in_kernel()
+    options = {"group_modules": group_modules}
     handle: list[Any] = []
-    rec_box: list[ModuleRecord | None] = [None]
+    walk_box: list[GraphWalk] = []
 
-    def snapshot() -> Graph:
-        sinks = [n for n in reversed(produced) if n not in consumed]
-        return trace_nodes(sinks, params=model, modules=rec_box[0], group_modules=group_modules)
+    def snapshot() -> Any:
+        walk = walk_box[0]
+        walk.apply_new_owners()
+        lg.visited = walk.visited
+        return walk.graph()
 
     def draw(obj: Any) -> None:
         from IPython.display import display as ipy_display
@@ -123,36 +128,31 @@ def live(model: torch.nn.Module | None = None, *, every: int = 1, display: bool 
             handle[0].update({}, raw=True)  # what nbclient stores for the handle: empty again
         ipy_display(obj)  # the final frame as a plain output, identical in both tools
 
-    def on_node(nodes: list[Any]) -> None:
-        fresh = False
-        for n in nodes:
-            if n in known:
-                continue
-            known.add(n)
-            produced.append(n)
-            consumed.update(f for f, _ in n.next_functions if f is not None)
-            fresh = True
+    def on_nodes(nodes: list[Any]) -> None:
+        walk = walk_box[0]
+        fresh = [n for n in nodes if n not in walk.index]
         if not fresh:
             return
+        walk.extend(fresh)
         lg.ops += 1
         if lg.ops % every == 0:
             frame = snapshot()
             lg.frames.append(frame)
             if show:
-                draw(SVG(render_svg(frame)))
+                draw(_svg(frame, options))
 
     with ExitStack() as stack:
-        if model is not None:
-            rec_box[0] = stack.enter_context(record_modules(model))
-        stack.enter_context(_Watch(on_node))
+        rec = stack.enter_context(record_modules(model)) if model is not None else None
+        walk_box.append(GraphWalk(model, modules=rec))
+        stack.enter_context(_Watch(on_nodes))
         yield lg
-    if produced:
+    if walk_box[0].order:
         final = snapshot()
         if lg.ops % every != 0:
             lg.frames.append(final)
+        else:  # same Nodes as the last frame; modules may have claimed some since
+            lg.frames[-1] = final
         lg.graph = final
         if show:
-            finish(SVG(render_svg(final)))
-    produced.clear()
-    known.clear()
-    consumed.clear()
+            finish(_svg(final, options))
+    walk_box.clear()  # drop the autograd Nodes the walk holds

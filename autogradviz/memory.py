@@ -16,115 +16,81 @@ See `autogradviz.recorder` for the category precedence.
 """
 from __future__ import annotations
 
-import os
-import pickle
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from .records import CATEGORIES, PHASES, MemoryRecord, MemorySample
 from .recorder import (
-    CATEGORIES, PHASES, StorageLedger, TrainingHooks, as_device, check_targets,
-    iter_tensors, model_tensors, named_params, state_tensors,
+    StorageLedger, TrainingHooks, as_device, check_targets, model_tensors, named_params,
+    state_tensors, tensors_in,
 )
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = [
-    "CATEGORIES", "PHASES", "MemorySample", "MemoryRecord", "MemoryTracker",
+    "CATEGORIES", "PHASES", "MemorySample", "MemoryRecord",
     "track_memory", "compare_memory", "estimate_memory",
 ]
 
 
-@dataclass(frozen=True)
-class MemorySample:
-    """Live bytes right after one allocating op (or at a phase boundary).
+class _MemoryTracker:
+    """What `track_memory` returns: a one-use context manager that installs the ledger
+    and the training hooks on entry, yields the ledger's `MemoryRecord`, and removes
+    everything on exit. Not public: the record is what callers keep."""
 
-    ``index`` is the position in the timeline, ``op`` the aten op that allocated
-    (or a label such as "optimizer.step"), ``optimizer_steps`` how many steps had
-    finished. ``cuda_allocated``/``cuda_reserved`` are
-    ``torch.cuda.memory_allocated()``/``memory_reserved()`` at the same moment
-    on a CUDA device, None elsewhere.
-    """
-
-    index: int
-    phase: str
-    op: str
-    bytes: dict[str, int]
-    optimizer_steps: int
-    cuda_allocated: int | None = None
-    cuda_reserved: int | None = None
-
-    @property
-    def total(self) -> int:
-        return sum(self.bytes.values())
-
-
-@dataclass(frozen=True)
-class MemoryRecord:
-    """A finished (or in-progress) timeline: what the views draw."""
-
-    device: str
-    samples: tuple[MemorySample, ...]
-    peak_index: int
-
-    @property
-    def peak(self) -> MemorySample | None:
-        return self.samples[self.peak_index] if self.peak_index >= 0 else None
-
-
-class MemoryTracker:
-    """Context manager that records a memory timeline; see `track_memory`."""
-
-    def __init__(self, model: nn.Module | None = None,
-                 optimizer: torch.optim.Optimizer | None = None, *,
-                 device: torch.device | str | None = None, cuda_history: bool = False) -> None:
+    def __init__(self, model: nn.Module | None, optimizer: torch.optim.Optimizer | None,
+                 device: torch.device | str | None, cuda_history: bool) -> None:
         check_targets(model, optimizer)
         self.model = model
         self.optimizer = optimizer
-        tensors = [t for _, t in named_params(model, optimizer)]
+        # Walked once: the device guess, the starting labels and the hooks all use it.
+        self._named = named_params(model, optimizer)
+        tensors = [t for _, t in self._named]
         if model is not None:
             tensors += list(model.buffers())
         self.device = as_device(device, tensors)
         if cuda_history and self.device.type != "cuda":
-            raise ValueError(f"cuda_history=True records the CUDA caching allocator, but the tracked "
-                             f"device is {self.device}; drop cuda_history or track a CUDA model")
+            raise ValueError(f"cuda_history=True records the CUDA caching allocator, but the "
+                             f"tracked device is {self.device}; drop cuda_history or track a "
+                             "CUDA model")
         self.cuda_history = cuda_history
         self._ledger = StorageLedger(self.device)
+        self._ledger.record.cuda_history = cuda_history
         self._hooks: TrainingHooks | None = None
-        self._state = "new"
-        self._final_current: list[int] | None = None
-        self._snapshot: Any = None
+        self._used = False
 
     # --- context -------------------------------------------------------------------
-    def __enter__(self) -> MemoryTracker:
-        if self._state != "new":
-            raise RuntimeError("a MemoryTracker records one with-block; create a new one with track_memory()")
-        self._state = "active"
+    def __enter__(self) -> MemoryRecord:
+        if self._used:
+            raise RuntimeError("a track_memory(...) context records one with-block; "
+                               "call track_memory() again for a new one")
+        self._used = True
+        record = self._ledger.record
         if self.cuda_history:
             torch.cuda.memory._record_memory_history(max_entries=200_000)
+            record.take_cuda_snapshot = torch.cuda.memory._snapshot
         led = self._ledger
         led.start()
         try:
             if self.model is not None:
                 led.mark(model_tensors(self.model), "parameter", None)
-            named = named_params(self.model, self.optimizer)
-            params = [p for _, p in named]
+            params = [p for _, p in self._named]
             led.mark(params, "parameter", None)
             led.mark([p.grad for p in params if p.grad is not None], "gradient", None)
             if self.optimizer is not None:
                 led.mark(state_tensors(self.optimizer), "optimizer_state", None)
             led.sample("start")
-            self._hooks = TrainingHooks(self, self.model, self.optimizer, named)
+            self._hooks = TrainingHooks(self, self.model, self.optimizer, self._named)
             self._hooks.install()
         except BaseException:
             self.__exit__(None, None, None)  # leave no hook, mode or patch behind
             raise
-        return self
+        return record
 
     def __exit__(self, *exc: Any) -> None:
         # Each undo runs even when an earlier one fails, so nothing stays installed.
@@ -132,19 +98,19 @@ class MemoryTracker:
             if self._hooks is not None:
                 self._hooks.remove()
         finally:
-            self._final_current = list(self._ledger.cur)
             try:
                 self._ledger.stop()
             finally:
-                self._state = "done"
                 if self.cuda_history:
-                    self._snapshot = torch.cuda.memory._snapshot()
+                    record = self._ledger.record
+                    record.take_cuda_snapshot = None
+                    record.cuda_snapshot = torch.cuda.memory._snapshot()
                     torch.cuda.memory._record_memory_history(enabled=None)
 
     # --- listener methods (called by TrainingHooks) ------------------------------------
     def forward_start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self._ledger.phase = "forward"
-        self._ledger.mark([*iter_tensors(args), *iter_tensors(kwargs)], "input", "forward input")
+        self._ledger.mark(tensors_in((args, kwargs)), "input", "forward input")
 
     def forward_end(self) -> None:
         self._ledger.sample("forward end")
@@ -166,88 +132,41 @@ class MemoryTracker:
 
     def step_end(self) -> None:
         led = self._ledger
-        assert self.optimizer is not None
+        assert self.optimizer is not None  # the step hooks exist only with an optimizer
         led.mark(state_tensors(self.optimizer), "optimizer_state", "optimizer state")
         led.steps += 1
         led.sample("optimizer.step")
         led.phase = "other"
 
-    # --- results ---------------------------------------------------------------------
-    def _by_category(self, row: Sequence[int]) -> dict[str, int]:
-        return dict(zip(CATEGORIES, row))
-
-    @property
-    def peak_bytes(self) -> int:
-        """Largest total of live bytes seen (sampled after every allocating op)."""
-        return self._ledger.peak_total
-
-    @property
-    def peak_by_category(self) -> dict[str, int]:
-        """The breakdown AT the moment of the overall peak (sums to `peak_bytes`)."""
-        led = self._ledger
-        if led.peak_index < 0:
-            return self._by_category([0] * len(CATEGORIES))
-        return self._by_category(led.s_bytes[led.peak_index])
-
-    @property
-    def max_by_category(self) -> dict[str, int]:
-        """Each category's own maximum over the timeline (these need not coincide)."""
-        rows = self._ledger.s_bytes
-        return {c: max((r[i] for r in rows), default=0) for i, c in enumerate(CATEGORIES)}
-
-    @property
-    def current_by_category(self) -> dict[str, int]:
-        """Live bytes now (while tracking) or at the end of the with-block."""
-        row = self._final_current if self._final_current is not None else self._ledger.cur
-        return self._by_category(row)
-
-    @property
-    def current_bytes(self) -> int:
-        return sum(self.current_by_category.values())
-
-    @property
-    def timeline(self) -> list[MemorySample]:
-        # Built on demand: the recorder keeps only compact rows while tracking.
-        led = self._ledger
-        return [MemorySample(i, phase, op, self._by_category(row), steps, *(cuda or (None, None)))
-                for i, (row, (phase, op, steps, cuda)) in enumerate(zip(led.s_bytes, led.s_info))]
-
-    def record(self) -> MemoryRecord:
-        return MemoryRecord(str(self.device), tuple(self.timeline), self._ledger.peak_index)
-
-    def plot(self, ax: Axes | None = None, title: str | None = None) -> Figure:
-        """Stacked-area timeline by category, phases as bands, the peak annotated."""
-        from .plots import plot_memory
-
-        return plot_memory(self.record(), ax=ax, title=title)
-
-    def save_snapshot(self, path: str | os.PathLike[str]) -> str:
-        """Write the CUDA allocator snapshot (open it at pytorch.org/memory_viz).
-
-        Needs ``track_memory(..., cuda_history=True)`` on a CUDA device.
-        """
-        if not self.cuda_history:
-            raise RuntimeError("no allocator history was recorded: start tracking with "
-                               "track_memory(model, opt, cuda_history=True) on a CUDA device")
-        path = os.fspath(path)
-        if self._state == "active":
-            torch.cuda.memory._dump_snapshot(path)
-        else:
-            with open(path, "wb") as f:
-                pickle.dump(self._snapshot, f)
-        return path
-
 
 def track_memory(model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, *,
-                 device: torch.device | str | None = None, cuda_history: bool = False) -> MemoryTracker:
+                 device: torch.device | str | None = None,
+                 cuda_history: bool = False) -> AbstractContextManager[MemoryRecord]:
     """Record live memory by category while the ``with`` block runs.
+
+    >>> with track_memory(model, opt) as mem:       # mem: a MemoryRecord, filled as it runs
+    ...     loss_fn(model(x), y).backward(); opt.step(); opt.zero_grad()
+    >>> mem.peak_bytes, mem.peak_by_category, mem.plot()
+
+    What it records: a `MemoryRecord`, one `MemorySample` after every op that allocates
+    on the watched device (and at phase boundaries), each with the live bytes per
+    category (`CATEGORIES`). Compare `autogradviz.trace`, which records the autograd
+    graph, and `autogradviz.trace_grads`, which records gradient events per parameter.
 
     ``model`` gives forward phases, parameters/buffers and inputs; ``optimizer``
     gives step phases and optimizer state; both are optional. ``device=None``
     watches the device the model/optimizer tensors live on (CPU if none).
     On CUDA every sample also reads ``memory_allocated``/``memory_reserved``;
     ``cuda_history=True`` additionally records the allocator history for
-    `MemoryTracker.save_snapshot`. The watched code's results are unchanged.
+    `MemoryRecord.save_snapshot`. The watched code's results are unchanged.
+    Arguments are checked here, before the block; a context records one block.
+
+    Under autocast, "activation" is larger than the same model in float32 would
+    suggest from its activations alone: ``torch.autocast`` casts each weight to the
+    low-precision dtype once per op that uses it, and the op saves that copy for
+    backward. Those copies are new storages held by autograd, so they count as
+    activation (the float32 parameter itself stays "parameter"). Under bf16 autocast
+    the peak activation can therefore go up, not down; that is what memory holds.
 
     Saved-tensor hook pairs entered inside or around the block
     (``torch.utils.checkpoint``, ``save_on_cpu``, your own
@@ -256,7 +175,8 @@ def track_memory(model: nn.Module | None = None, optimizer: torch.optim.Optimize
     it (save_on_cpu's copy), and checkpoint's recomputed tensors count from
     their recomputation until the backward node that unpacked them is done.
     To compose, ``saved_tensors_hooks.__enter__`` is replaced while tracking
-    and restored at exit (also after an error). Not seen as activation: tensors
+    and restored at exit (also after an error); the swap takes no lock, so start
+    and stop trackers from one thread at a time. Not seen as activation: tensors
     kept for backward outside a packed value (a hook's own cache keyed by a
     handle, selective checkpointing's cache of op outputs; checkpoint's
     recompute frame is the one such holder known), and pairs pushed without
@@ -265,7 +185,7 @@ def track_memory(model: nn.Module | None = None, optimizer: torch.optim.Optimize
     A checkpointed forward run before the block and recomputed inside it has
     its recomputed tensors counted only until they are unpacked.
     """
-    return MemoryTracker(model, optimizer, device=device, cuda_history=cuda_history)
+    return _MemoryTracker(model, optimizer, device, cuda_history)
 
 
 def _records(runs: Any, titles: Sequence[str] | None) -> tuple[list[MemoryRecord], list[str]]:
@@ -274,32 +194,32 @@ def _records(runs: Any, titles: Sequence[str] | None) -> tuple[list[MemoryRecord
     elif isinstance(runs, Sequence) and not isinstance(runs, str):
         names, items = [f"run {i + 1}" for i in range(len(runs))], list(runs)
     else:
-        raise TypeError("runs must be a mapping {title: MemoryTracker} or a sequence of MemoryTrackers, "
-                        f"got {type(runs).__name__}")
+        raise TypeError("runs must be a mapping {title: MemoryRecord} or a sequence of "
+                        f"MemoryRecords (from track_memory), got {type(runs).__name__}")
     if len(items) < 2:
-        raise ValueError(f"compare_memory needs two or more runs, got {len(items)}; use tracker.plot() for one")
-    records = []
+        raise ValueError(f"compare_memory needs two or more runs, got {len(items)}; "
+                         "use record.plot() for one")
     for item in items:
-        if isinstance(item, MemoryTracker):
-            records.append(item.record())
-        elif isinstance(item, MemoryRecord):
-            records.append(item)
-        else:
-            raise TypeError(f"each run must be a MemoryTracker (from track_memory) or a MemoryRecord, "
-                            f"got {type(item).__name__}")
+        if not isinstance(item, MemoryRecord):
+            raise TypeError("each run must be a MemoryRecord (what `with track_memory(...) as "
+                            f"mem` gives), got {type(item).__name__}")
     if titles is not None:
-        if len(titles) != len(records):
-            raise ValueError(f"got {len(titles)} titles for {len(records)} runs; pass one title per run")
+        if len(titles) != len(items):
+            raise ValueError(f"got {len(titles)} titles for {len(items)} runs; "
+                             "pass one title per run")
         names = [str(t) for t in titles]
-    return records, names
+    return items, names
 
 
-def compare_memory(runs: Mapping[str, MemoryTracker] | Sequence[MemoryTracker], *,
+def compare_memory(runs: Mapping[str, MemoryRecord] | Sequence[MemoryRecord], *,
                    titles: Sequence[str] | None = None) -> Figure:
-    """Two or more timelines side by side on a shared y axis."""
+    """Two or more timelines side by side on a shared y axis (titles: the mapping's keys,
+    ``titles``, or "run 1", "run 2", ...)."""
+    records, names = _records(runs, titles)
+    # The one import of the view from this module, lazy: recorders never load matplotlib
+    # unless something is drawn, and plots imports no recorder, so there is no cycle.
     from .plots import plot_memory_compare
 
-    records, names = _records(runs, titles)
     return plot_memory_compare(records, names)
 
 
@@ -308,8 +228,8 @@ def _to_meta(obj: Any) -> tuple[torch.Tensor, ...]:
     out = []
     for t in items:
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"batch must hold tensors (real ones are copied to 'meta' by shape and dtype), "
-                            f"got {type(t).__name__}")
+            raise TypeError("batch must hold tensors (real ones are copied to 'meta' by shape "
+                            f"and dtype), got {type(t).__name__}")
         out.append(t if t.device.type == "meta" else torch.empty_like(t, device="meta"))
     return tuple(out)
 
@@ -326,7 +246,7 @@ def estimate_memory(build_model: Callable[[], nn.Module],
                     batch: torch.Tensor | Sequence[torch.Tensor] | Callable[[], Any], *,
                     optimizer: Callable[[Any], torch.optim.Optimizer] | None = None,
                     step_fn: Callable[..., torch.Tensor] | None = None,
-                    steps: int = 1) -> MemoryTracker:
+                    steps: int = 1) -> MemoryRecord:
     """What-if: the memory timeline of ``steps`` training steps without the memory.
 
     ``build_model()`` runs under ``torch.device("meta")``, so parameters have
@@ -336,18 +256,28 @@ def estimate_memory(build_model: Callable[[], nn.Module],
     as ``lambda params: torch.optim.AdamW(params, lr=1e-4)``. Each step is
     ``zero_grad(set_to_none=True)``, ``loss = step_fn(model, *batch)`` (default:
     ``model(*batch).sum()``), ``loss.backward()``, ``optimizer.step()``.
-    Returns the finished `MemoryTracker` (device "meta"): ``peak_by_category``
+    Returns the finished `MemoryRecord` (device "meta"): ``peak_by_category``
     and ``plot()`` work as for a real run. Meta kernels allocate nothing, so a
     7B-parameter step takes seconds and no RAM; the byte counts are the sizes
     the same tensors would have on a real device.
     """
+    if isinstance(build_model, nn.Module):
+        # A module is callable too, so it would pass the check below and then fail deep in
+        # its forward, called with no arguments.
+        raise TypeError(
+            f"build_model must be a factory such as lambda: {type(build_model).__name__}(...), "
+            f"not a {type(build_model).__name__} instance: the model has to be built under "
+            "torch.device('meta') so its parameters take no memory, and an instance already "
+            "holds real ones")
     if not callable(build_model):
-        raise TypeError("build_model must be a callable returning an nn.Module, e.g. lambda: MyModel(cfg)")
+        raise TypeError("build_model must be a callable returning an nn.Module, "
+                        "e.g. lambda: MyModel(cfg)")
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
     if isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError("optimizer must be a factory, e.g. lambda params: torch.optim.AdamW(params), "
-                        "so it can be built on the meta parameters; got an optimizer instance")
+        raise TypeError("optimizer must be a factory, e.g. lambda params: "
+                        "torch.optim.AdamW(params), so it can be built on the meta parameters; "
+                        "got an optimizer instance")
     with torch.device("meta"):
         model = build_model()
         if not isinstance(model, nn.Module):
@@ -367,3 +297,8 @@ def estimate_memory(build_model: Callable[[], nn.Module],
             if opt is not None:
                 opt.step()
     return mem
+
+
+# The former public name of the tracker, still imported by the package's __init__ until it
+# exports the record types only. Not in __all__; use track_memory().
+MemoryTracker = _MemoryTracker

@@ -1,28 +1,32 @@
-"""Matplotlib views of memory and gradient records. They read the dataclass
-records only; nothing here touches torch.
+"""Matplotlib views of memory and gradient records.
+
+They read the dataclass records of `autogradviz.records` only: nothing here imports torch
+or a recorder, so a pickled record draws in a process without torch. Byte counts are
+written by `records.format_bytes`, the package's one byte formatter, and axes are scaled
+by `records.byte_unit`, which picks the same unit.
 
 Figures are made with pyplot and closed before they are returned, so a notebook
-shows each one once (as the cell's value) and no global figure state leaks.
+shows each one once (as the cell's value) and no global figure state leaks. They are
+made at `FIGURE_DPI` with text of at least 9 pt, readable at the ~730 px the site shows.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .recorder import CATEGORIES, PHASES
+from .records import CATEGORIES, PHASES, byte_unit, format_bytes
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from .gradtrace import GradTraceRecord
-    from .memory import MemoryRecord
+    from .records import Category, GradEventKind, GradTraceRecord, MemoryRecord, Phase
 
-__all__ = ["CATEGORY_COLORS", "PHASE_COLORS", "plot_memory", "plot_memory_compare", "plot_gradtrace",
-           "byte_unit"]
+__all__ = ["CATEGORY_COLORS", "PHASE_COLORS", "FIGURE_DPI", "plot_memory", "plot_memory_compare",
+           "plot_gradtrace"]
 
 # Fixed colours so the same category looks the same in every chapter.
-CATEGORY_COLORS: dict[str, str] = {
+CATEGORY_COLORS: dict[Category, str] = {
     "parameter": "#4c72b0",
     "gradient": "#dd8452",
     "optimizer_state": "#8172b3",
@@ -30,19 +34,16 @@ CATEGORY_COLORS: dict[str, str] = {
     "activation": "#55a868",
     "temporary": "#c44e52",
 }
-PHASE_COLORS: dict[str, str] = {
+PHASE_COLORS: dict[Phase, str] = {
     "forward": "#a6cee3",
     "backward": "#fdbf6f",
     "optimizer": "#cab2d6",
     "zero_grad": "#b2df8a",
     "other": "#ffffff",
 }
-_MiB, _GiB = 2 ** 20, 2 ** 30
-
-
-def byte_unit(nbytes: float) -> tuple[str, int]:
-    """("GiB", 2**30) from one GiB up, else ("MiB", 2**20): binary units throughout."""
-    return ("GiB", _GiB) if nbytes >= _GiB else ("MiB", _MiB)
+#: Resolution of the figures these views create (a figure passed in via ``ax`` keeps its own).
+FIGURE_DPI = 110
+_SMALL = 9  # pt: the smallest text drawn (legends, the peak note)
 
 
 def _new_axes(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:
@@ -50,7 +51,7 @@ def _new_axes(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]
         return ax.figure, ax
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=size, layout="constrained")
+    fig, ax = plt.subplots(figsize=size, layout="constrained", dpi=FIGURE_DPI)
     plt.close(fig)
     return fig, ax
 
@@ -67,6 +68,7 @@ def _phase_runs(phases: Sequence[str]) -> list[tuple[str, int, int]]:
 
 def _draw_memory(ax: Axes, record: MemoryRecord, unit: tuple[str, int], title: str | None,
                  legend: bool) -> None:
+    """One timeline on ``ax``, scaled by ``unit`` (a `byte_unit` pair)."""
     from matplotlib.patches import Patch
 
     name, scale = unit
@@ -83,8 +85,9 @@ def _draw_memory(ax: Axes, record: MemoryRecord, unit: tuple[str, int], title: s
         top = peak.total / scale
         ax.axvline(peak.index, color="black", ls="--", lw=0.8, zorder=3)
         ax.plot([peak.index], [top], marker="v", color="black", zorder=4)
-        ax.annotate(f"peak {top:.2f} {name}\nafter {peak.op} ({peak.phase})", (peak.index, top),
-                    xytext=(0.02, 0.97), textcoords="axes fraction", va="top", fontsize=8,
+        ax.annotate(f"peak {format_bytes(peak.total)}\nafter {peak.op} ({peak.phase})",
+                    (peak.index, top), xytext=(0.02, 0.97), textcoords="axes fraction", va="top",
+                    fontsize=_SMALL,
                     arrowprops={"arrowstyle": "->", "lw": 0.6}, zorder=5)
     ax.set_xlabel("sample (one per allocating op)")
     ax.set_ylabel(f"live memory ({name})")
@@ -96,7 +99,10 @@ def _draw_memory(ax: Axes, record: MemoryRecord, unit: tuple[str, int], title: s
         present = [p for p in PHASES if p != "other" and any(s.phase == p for s in samples)]
         handles = handles[::-1] + [Patch(color=PHASE_COLORS[p], alpha=0.35) for p in present]
         labels = labels[::-1] + [f"phase: {p}" for p in present]
-        ax.legend(handles, labels, loc="upper right", fontsize=7, framealpha=0.9)
+        # Outside the axes, to their right: inside, it hid the curve (a late optimizer-step
+        # peak sits in the upper right). Constrained layout narrows the axes to make room.
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  borderaxespad=0.0, fontsize=_SMALL)
 
 
 def plot_memory(record: MemoryRecord, ax: Axes | None = None, title: str | None = None) -> Figure:
@@ -111,10 +117,10 @@ def plot_memory_compare(records: Sequence[MemoryRecord], titles: Sequence[str]) 
     """One panel per record, sharing the y axis so the heights compare directly."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(records), figsize=(4.5 * len(records), 4), sharey=True,
-                             layout="constrained", squeeze=False)
+    fig, axes = plt.subplots(1, len(records), figsize=(4.5 * len(records) + 2, 4), sharey=True,
+                             layout="constrained", squeeze=False, dpi=FIGURE_DPI)
     plt.close(fig)
-    top = max((r.peak.total for r in records if r.peak is not None), default=0)
+    top = max((r.peak_bytes for r in records), default=0)
     unit = byte_unit(top)
     for i, (ax, rec, title) in enumerate(zip(axes[0], records, titles)):
         _draw_memory(ax, rec, unit, title, legend=i == len(records) - 1)
@@ -124,7 +130,10 @@ def plot_memory_compare(records: Sequence[MemoryRecord], titles: Sequence[str]) 
     return fig
 
 
-_EVENT_STYLE = {"zero_grad": ("#2ca02c", ":"), "step": ("#d62728", "--"), "allreduce": ("#9467bd", "-.")}
+# (colour, line style) of the vertical event lines.
+_EVENT_STYLE: dict[GradEventKind, tuple[str, str]] = {
+    "zero_grad": ("#2ca02c", ":"), "step": ("#d62728", "--"), "allreduce": ("#9467bd", "-."),
+}
 
 
 def plot_gradtrace(record: GradTraceRecord, ax: Axes | None = None, title: str | None = None,
@@ -134,7 +143,8 @@ def plot_gradtrace(record: GradTraceRecord, ax: Axes | None = None, title: str |
     names = list(record.params if params is None else params)
     unknown = [n for n in names if n not in record.params]
     if unknown:
-        raise ValueError(f"unknown parameters {unknown}; traced parameters are {list(record.params)}")
+        raise ValueError(f"unknown parameters {unknown}; "
+                         f"traced parameters are {list(record.params)}")
     fig, ax = _new_axes(ax, (8, 4))
     for name in names:
         pts = [(e.micro_step, e.norm) for e in record.events
@@ -169,5 +179,5 @@ def plot_gradtrace(record: GradTraceRecord, ax: Axes | None = None, title: str |
     ax.set_ylim(bottom=0)
     ax.set_title(title if title is not None else "gradient accumulation trace")
     if names or seen:
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=_SMALL, loc="upper left")
     return fig

@@ -5,12 +5,18 @@ Two parts, both plain recording with no drawing:
 * `TrainingHooks` installs the hooks a training step offers (root-module forward
   pre/post hooks, a tensor hook and a post-accumulate-grad hook per parameter,
   optimizer step pre/post hooks, wrapped ``zero_grad``) and forwards each event
-  to a listener. `MemoryTracker` and `GradTrace` are two such listeners.
+  to a listener. The recorders behind `track_memory` and `trace_grads` are two
+  such listeners.
 * `StorageLedger` is a ``TorchDispatchMode`` that sees every aten op's outputs
   and keeps one entry per live untyped storage, so bytes are exact even when many
   views share a storage. A weak reference on each storage reports its free the
   moment it happens. A ``saved_tensors_hooks`` pair counts how many autograd
-  nodes hold each storage, which is what "activation" means here.
+  nodes hold each storage, which is what "activation" means here. Its samples
+  go straight into a `MemoryRecord` (`autogradviz.records`).
+
+Layering: `autogradviz.records` (plain dataclasses and vocabularies) below, this
+module and the recorders that use it in the middle, `autogradviz.plots` (matplotlib,
+no torch) on top, reached from a record's ``plot()``.
 
 Saved-tensor hook pairs do not stack: autograd runs only the innermost pair.
 So while a ledger is active, any pair pushed through
@@ -33,32 +39,30 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _current_modes
+from torch.utils._pytree import tree_leaves
+
+from .records import CATEGORIES, MemoryRecord, Phase
 
 __all__ = [
-    "CATEGORIES",
-    "PHASES",
     "StorageLedger",
     "TrainingHooks",
-    "HookListener",
-    "iter_tensors",
+    "tensors_in",
 ]
 
-#: Memory categories, in precedence order (also the stacking order of the plots).
-CATEGORIES: tuple[str, ...] = (
-    "parameter", "gradient", "optimizer_state", "input", "activation", "temporary",
-)
-#: Phases a sample can belong to.
-PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "zero_grad", "other")
-
+# Indices into a row of bytes, in `CATEGORIES` order (asserted below).
 _PARAM, _GRAD, _OPT, _INPUT, _ACT, _TEMP = range(6)
-_ROLE_BITS = {"parameter": 1, "gradient": 2, "optimizer_state": 4, "input": 8}
+assert CATEGORIES == ("parameter", "gradient", "optimizer_state", "input", "activation",
+                      "temporary")
+#: The categories a tensor gets from what it is rather than from autograd holding it.
+Role = Literal["parameter", "gradient", "optimizer_state", "input"]
+_ROLE_BITS: dict[Role, int] = {"parameter": 1, "gradient": 2, "optimizer_state": 4, "input": 8}
 _ALLOCATES, _RESIZES = 1, 2  # what an op can do to storages (bit flags, cached per op)
 # (flags, timeline name) per aten overload. Shared by every ledger: reading an
 # op's schema costs tens of microseconds the first time, far more than a step's
@@ -66,20 +70,22 @@ _ALLOCATES, _RESIZES = 1, 2  # what an op can do to storages (bit flags, cached 
 _OP_INFO: dict[Any, tuple[int, str]] = {}
 
 
-def iter_tensors(obj: Any) -> Iterable[torch.Tensor]:
-    """Tensors in ``obj`` and in (nested) tuples, lists and dict values."""
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for item in obj:
-            yield from iter_tensors(item)
-    elif isinstance(obj, Mapping):
-        for item in obj.values():
-            yield from iter_tensors(item)
+def tensors_in(obj: Any) -> list[torch.Tensor]:
+    """The tensors in ``obj``: itself, or the leaves of the (nested) tuples, lists, dicts
+    and other containers torch's pytree knows."""
+    return [x for x in tree_leaves(obj) if isinstance(x, torch.Tensor)]
 
 
 class _Live(weakref.ref):
-    """One live storage: a weak reference to it plus what we know about it."""
+    """One live storage: a weak reference to it plus what we know about it.
+
+    Why a weak reference on an ``UntypedStorage`` follows the C++ storage's life: the
+    Python storage object is kept alive by the C++ ``StorageImpl`` it wraps (torch
+    "preserves" the PyObject, as it does a tensor's) for as long as any tensor or view
+    uses that storage, even after our own reference is gone. It is deallocated, and the
+    callback (`StorageLedger._freed`) runs, when the last C++ reference is dropped: the
+    moment the bytes go back to the allocator, whichever tensor went last.
+    """
 
     __slots__ = ("key", "nbytes", "cat", "roles", "saved", "born", "relabelled")
 
@@ -128,7 +134,7 @@ def _packed_tensors(packed: Any) -> list[torch.Tensor]:
     ledger's ticket holds its tensor). Handles, keys and the like hold none."""
     if type(packed) is _Saved:
         return [packed.tensor]
-    return list(iter_tensors(packed))
+    return tensors_in(packed)
 
 
 # --- composing saved-tensor hook pairs -------------------------------------------
@@ -144,7 +150,8 @@ def _recompute_types() -> tuple[type | None, type | None]:
     """``torch.utils.checkpoint``'s recompute hook class and its early-stop
     exception, when that module is loaded and still has them (else None)."""
     mod = sys.modules.get("torch.utils.checkpoint")
-    return (getattr(mod, "_recomputation_hook", None), getattr(mod, "_StopRecomputationError", None))
+    return (getattr(mod, "_recomputation_hook", None),
+            getattr(mod, "_StopRecomputationError", None))
 
 
 def _compose(pack: Callable[[torch.Tensor], Any], unpack: Callable[[Any], torch.Tensor],
@@ -223,6 +230,14 @@ def _composing_enter(hooks: Any) -> None:
     _push_hooks(pack, unpack)
 
 
+# The patch is process-wide and `_start_composing`/`_stop_composing` take no lock: the
+# check of ``_COMPOSING`` and the swap of ``__enter__`` are separate steps. Starting or
+# stopping trackers on two threads at once can therefore lose the original ``__enter__``
+# (both threads see no ledger and patch; the second saves the patch as "original") or
+# restore it while a ledger is still active. Start and stop trackers from one thread at a
+# time. While a tracker is active, other threads may enter hook pairs freely: they go
+# through `_composing_enter`, which composes nothing for a thread not under the ledger's
+# dispatch mode.
 def _start_composing(ledger: StorageLedger) -> None:
     if not _COMPOSING:
         _ORIGINAL_ENTER[:] = [_HOOKS_CLS.__dict__["__enter__"]]
@@ -245,24 +260,27 @@ def _storage(t: torch.Tensor) -> torch.UntypedStorage | None:
 
 
 class StorageLedger(TorchDispatchMode):
-    """Live bytes per category on one device, sampled after every allocating op.
+    """Live bytes per category on one device, sampled after every allocating op
+    into ``self.record`` (a `MemoryRecord`).
 
-    Samples are kept as parallel lists (cheap to append in the hot path); the
-    memory module turns them into dataclass records.
+    The record's compact rows are appended to directly (cheap in the hot path); the
+    record builds `MemorySample` objects only when read.
     """
 
     def __init__(self, device: torch.device) -> None:
         super().__init__()
         self.device = device
-        self.phase = "other"
-        self.cur = [0] * len(CATEGORIES)
+        self.phase: Phase = "other"
+        self.record = MemoryRecord(str(device))
+        # The record's lists, shared (not copied): `cur` is updated in place, one row of
+        # bytes per sample is appended to `s_bytes` (lists: a late label rewrites old
+        # rows, see `_recategorise`) and one (phase, op, optimizer_steps, cuda) tuple to
+        # `s_info`.
+        self.cur = self.record.current
+        self.s_bytes = self.record.rows
+        self.s_info = self.record.info
         self.total = 0
         self.peak_total = 0
-        self.peak_index = -1
-        # One row of bytes per sample (lists: a late label rewrites old rows, see
-        # `_recategorise`) and one compact (phase, op, optimizer_steps, cuda) tuple.
-        self.s_bytes: list[list[int]] = []
-        self.s_info: list[tuple[str, str, int, tuple[int, int] | None]] = []
         self.steps = 0  # optimizer steps seen so far
         self._live: dict[int, _Live] = {}
         self._active = False
@@ -312,6 +330,8 @@ class StorageLedger(TorchDispatchMode):
             self.sample("end")
         finally:
             self._active = False
+            # The record keeps the counts at the end; later frees must not move them.
+            self.record.current = list(self.cur)
             # Dropping the weak references first means no callback fires after this.
             self._live = {}
             self._watches = {}
@@ -336,6 +356,11 @@ class StorageLedger(TorchDispatchMode):
     def _freed(self, e: _Live) -> None:
         if not self._active:
             return
+        # Identity, not key: ``_cdata`` is the storage's address, which the allocator may
+        # hand to a new storage as soon as this one is freed. If that storage was
+        # registered before this callback ran (a free on another thread, a deferred
+        # deallocation), the slot holds the new entry, which must stay. This entry's bytes
+        # leave the counts either way.
         if self._live.get(e.key) is e:
             del self._live[e.key]
         self.cur[e.cat] -= e.nbytes
@@ -369,16 +394,17 @@ class StorageLedger(TorchDispatchMode):
         e.relabelled = True
         e.cat = new
 
-    def entry(self, t: torch.Tensor, *, register: bool = True) -> _Live | None:
+    def entry(self, t: torch.Tensor) -> _Live | None:
+        """The entry of ``t``'s storage, registered now if new (None off the device)."""
         st = _storage(t)
         if st is None:
             return None
         e = self._live.get(st._cdata)
-        if e is None and register:
+        if e is None:
             e = self._register(st, None)
         return e
 
-    def mark(self, tensors: Iterable[torch.Tensor], role: str, label: str | None) -> None:
+    def mark(self, tensors: Iterable[torch.Tensor], role: Role, label: str | None) -> None:
         """Give ``tensors``' storages ``role``; register the ones not seen yet.
         A sample labelled ``label`` follows when that added bytes (None: no sample)."""
         if not self._active:
@@ -462,10 +488,10 @@ class StorageLedger(TorchDispatchMode):
             self._recategorise(e)
 
     # --- samples ---------------------------------------------------------------
-    def current_phase(self) -> str:
+    def current_phase(self) -> Phase:
         return "backward" if torch._C._current_graph_task_id() != -1 else self.phase
 
-    def sample(self, op: str, phase: str | None = None) -> None:
+    def sample(self, op: str, phase: Phase | None = None) -> None:
         """Append the current bytes per category; ``phase`` skips the lookup
         when the caller already knows it."""
         rows = self.s_bytes
@@ -477,7 +503,7 @@ class StorageLedger(TorchDispatchMode):
         self.s_info.append((phase, op, self.steps, cuda))
         if self.total > self.peak_total:
             self.peak_total = self.total
-            self.peak_index = len(rows) - 1
+            self.record.peak_index = len(rows) - 1
 
     def _backward_done(self) -> None:
         self._backward_open = False
@@ -508,9 +534,8 @@ class StorageLedger(TorchDispatchMode):
         True when that added bytes."""
         if not isinstance(t, torch.Tensor):
             return False
-        try:
-            st = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):  # sparse, nested and other storage-less layouts
+        st = _storage(t)
+        if st is None:
             return False
         e = self._live.get(st._cdata)
         if e is None:
@@ -532,12 +557,9 @@ class StorageLedger(TorchDispatchMode):
             return out
         born = len(self.s_bytes)
         if type(out) is torch.Tensor and kind == _ALLOCATES:
-            # The usual case, inlined: one fresh plain tensor.
-            try:
-                st = out.untyped_storage()
-            except (RuntimeError, NotImplementedError):  # sparse and nested layouts have none
-                return out
-            if st._cdata in self._live or self._register(st, born) is None:
+            # The usual case, kept short: one fresh plain tensor.
+            st = _storage(out)
+            if st is None or st._cdata in self._live or self._register(st, born) is None:
                 return out
         elif type(out) is tuple or type(out) is list:
             grew = False
@@ -558,19 +580,6 @@ class StorageLedger(TorchDispatchMode):
         return out
 
 
-class HookListener(Protocol):
-    """What `TrainingHooks` calls. Every method is optional."""
-
-    def forward_start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None: ...
-    def forward_end(self) -> None: ...
-    def grad_incoming(self, name: str, param: nn.Parameter) -> None: ...
-    def grad_ready(self, name: str, param: nn.Parameter) -> None: ...
-    def zero_grad_start(self) -> None: ...
-    def zero_grad_end(self) -> None: ...
-    def step_start(self) -> None: ...
-    def step_end(self) -> None: ...
-
-
 def named_params(
     model: nn.Module | None, optimizer: torch.optim.Optimizer | None
 ) -> list[tuple[str, nn.Parameter]]:
@@ -579,7 +588,8 @@ def named_params(
     out: list[tuple[str, nn.Parameter]] = []
     seen: set[int] = set()
     if model is not None:
-        inner = getattr(model, "module", None) if type(model).__name__ == "DistributedDataParallel" else None
+        is_ddp = type(model).__name__ == "DistributedDataParallel"
+        inner = getattr(model, "module", None) if is_ddp else None
         for name, p in (inner or model).named_parameters():
             if id(p) not in seen:
                 seen.add(id(p))
@@ -603,7 +613,12 @@ def check_targets(model: Any, optimizer: Any) -> None:
 
 class TrainingHooks:
     """Installs the training-step hooks on ``model``/``optimizer`` and forwards
-    each event to ``listener``; `remove` undoes everything it installed."""
+    each event to ``listener``; `remove` undoes everything it installed.
+
+    The listener defines any of ``forward_start(args, kwargs)``, ``forward_end()``,
+    ``grad_incoming(name, param)``, ``grad_ready(name, param)``, ``zero_grad_start()``,
+    ``zero_grad_end()``, ``step_start()`` and ``step_end()``; events it lacks are skipped.
+    """
 
     def __init__(self, listener: Any, model: nn.Module | None,
                  optimizer: torch.optim.Optimizer | None,
@@ -626,7 +641,8 @@ class TrainingHooks:
     def install(self) -> None:
         if self.model is not None:
             self._handles.append(self.model.register_forward_pre_hook(
-                lambda mod, args, kwargs: self._call("forward_start", args, kwargs), with_kwargs=True))
+                lambda mod, args, kwargs: self._call("forward_start", args, kwargs),
+                with_kwargs=True))
             self._handles.append(self.model.register_forward_hook(
                 lambda mod, args, out: self._call("forward_end")))
         # Per-parameter hooks run once per parameter per backward, so only the
@@ -688,7 +704,7 @@ class TrainingHooks:
 
 def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """Every tensor in ``optimizer.state`` (Adam's exp_avg, exp_avg_sq, step...)."""
-    return [t for st in optimizer.state.values() for t in iter_tensors(st)]
+    return tensors_in(list(optimizer.state.values()))
 
 
 def model_tensors(model: nn.Module) -> list[torch.Tensor]:
@@ -701,14 +717,24 @@ def as_device(device: torch.device | str | None, tensors: Sequence[torch.Tensor]
         devices = {t.device for t in tensors}
         if len(devices) > 1:
             raise ValueError(
-                f"the model/optimizer tensors live on several devices {sorted(map(str, devices))}; "
-                "pass device=... to say which one to track")
+                "the model/optimizer tensors live on several devices "
+                f"{sorted(map(str, devices))}; pass device=... to say which one to track")
         dev = devices.pop() if devices else torch.device("cpu")
     else:
         try:
             dev = torch.device(device)
         except (RuntimeError, TypeError) as err:
-            raise TypeError(f"device must be a torch.device or a string like 'cpu' or 'cuda:0', got {device!r}") from err
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
+            raise TypeError("device must be a torch.device or a string like 'cpu' or 'cuda:0', "
+                            f"got {device!r}") from err
+    if dev.type == "cuda":
+        # Asked before any torch.cuda call: on a CPU-only build those fail with a bare
+        # "Torch not compiled with CUDA enabled" that does not say which argument is wrong.
+        if not torch.cuda.is_available():
+            why = ("this torch build has no CUDA support" if torch.version.cuda is None
+                   else "torch sees no CUDA device here")
+            raise ValueError(
+                f"device={str(device)!r} asks to track CUDA memory, but {why}; pass the device "
+                "the model lives on (device='cpu'), or leave device=None to use it")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
     return dev

@@ -1,8 +1,14 @@
 """Views of a `Graph`: DOT text, SVG/PNG through Graphviz `dot`, self-contained HTML.
 
-Everything here reads records only. DOT text never needs Graphviz; SVG and PNG
-run the `dot` binary in a subprocess with a timeout, so a slow layout degrades
-to a cheaper drawing instead of stalling a notebook.
+Everything here reads records only (no torch). DOT text never needs Graphviz; SVG
+and PNG run the `dot` binary in a subprocess with a timeout, so a slow layout
+degrades to a cheaper drawing instead of stalling a notebook.
+
+Drawing choices are arguments of the drawing calls, never stored in the `Graph`:
+`group_modules` and `depth` (clusters by nn.Module), `rollup`/`expand` (repeated
+blocks drawn once, via the `roll_up` transform), `direction` ("backward": loss on
+top, the default; "forward": inputs on top) and `show_attrs` (a Node's non-tensor
+saved attributes in its box).
 
 Layout policy: `dot` is fast on chains and trees but slow on hubs, e.g. the
 AccumulateGrad of a weight used at every step of an unrolled RNN (hundreds of
@@ -19,28 +25,32 @@ starts from is already close, and the capped run finishes in under a second
 with a narrower drawing than the uncapped one.
 
 Timeouts: a layout that exceeds `timeout` is retried with the cheapest policy
-and then replaced by a summary table. Whether that happens depends on the
-machine's speed and load, so a drawing that relies on the fallback is NOT
-deterministic. Notebooks (whose stored outputs nbval compares) must only draw
-graphs that lay out well inside the timeout: in practice a few hundred Nodes,
-far below the graphs in benchmarks/graph_scale.py.
+(unless it already was the cheapest) and then replaced by a summary table.
+Whether that happens depends on the machine's speed and load, so a drawing that
+relies on the fallback is NOT deterministic. Notebooks (whose stored outputs
+nbval compares) must only draw graphs that lay out well inside the timeout: in
+practice a few hundred Nodes, far below the graphs in benchmarks/graph_scale.py.
+The same summary stands in for a PNG larger than Graphviz's bitmap limit.
 """
 from __future__ import annotations
 
 import functools
-import hashlib
 import html as _html
 import json
 import os
 import re
 import shutil
+import struct
 import subprocess
+import warnings
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .graph import FUNCTION, LEAF, OUTPUT, PARAM, SAVED, Graph, GraphNode
+from .records import DIRECTIONS, Direction, Graph, GraphNode
+from .rollup import roll_up
 
 __all__ = [
     "GraphvizNotFound",
@@ -52,8 +62,7 @@ __all__ = [
     "render_html",
     "save",
     "SVG",
-    "compose_strip",
-    "human_bytes",
+    "PNG_MAX_PIXELS",
 ]
 
 INSTALL_HINT = (
@@ -62,16 +71,12 @@ INSTALL_HINT = (
     "`conda install -c conda-forge graphviz`. Graph.to_dot() still works without it."
 )
 
+#: Graphviz's largest PNG side in pixels; a bigger layout is silently shrunk to fit.
+PNG_MAX_PIXELS = 32767
+
 
 class GraphvizNotFound(RuntimeError):
     """Raised when rendering needs the `dot` binary and it is missing."""
-
-
-def human_bytes(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 @dataclass(frozen=True)
@@ -86,43 +91,53 @@ class LayoutPolicy:
     note: str = ""  # said in the caption when something was left out
     # Network-simplex iterations allowed per node (dot's nslimit/nslimit1); used when `cheap`.
     simplex_per_node: float = 2.0
-    newrank: bool = False  # rank the whole graph in one pass (much faster start for the capped simplex)
+    newrank: bool = False  # rank in one global pass (a much faster start for the capped simplex)
 
     def graph_attrs(self) -> dict[str, str]:
         """Graph attributes for `dot`; they override the defaults in `to_dot`."""
         attrs = {"splines": self.splines}
         if self.cheap:
             limit = f"{self.simplex_per_node:g}"
-            attrs.update(nslimit=limit, nslimit1=limit, mclimit="0.3", searchsize="20", remincross="false")
+            attrs.update(nslimit=limit, nslimit1=limit, mclimit="0.3", searchsize="20",
+                         remincross="false")
         if self.newrank:
             attrs["newrank"] = "true"
         return attrs
 
 
 def choose_policy(graph: Graph) -> LayoutPolicy:
-    """Drawing settings by Node count: full detail up to 300, cheaper passes up to 1,500, then capped."""
+    """Drawing settings by Node count: full detail up to 300, cheaper up to 1,500, then capped."""
     n = graph.num_functions
     if n <= 300:
         return LayoutPolicy()
     if n <= 1500:
-        return LayoutPolicy(hub_copies=2, saved=False, splines="line", cheap=True, note="saved tensors not drawn")
+        return LayoutPolicy(hub_copies=2, saved=False, splines="line", cheap=True,
+                            note="saved tensors not drawn")
     # Above 1,500 Nodes the capped simplex: 0.05 x nodes iterations (see the module docstring).
     return LayoutPolicy(hub_copies=1, saved=False, splines="false", cheap=True, clusters=False,
                         simplex_per_node=0.05, newrank=True, note="saved tensors not drawn")
 
 
-def _cheaper(policy: LayoutPolicy) -> LayoutPolicy:
-    return replace(policy, hub_copies=1, saved=False, splines="false", cheap=True, clusters=False,
-                   simplex_per_node=0.05, newrank=True, note="simplified layout; saved tensors not drawn")
+def _cheaper(policy: LayoutPolicy) -> LayoutPolicy | None:
+    """The cheapest policy to retry with after a timeout, or None if `policy` already is it.
+
+    Only the layout settings are compared: a retry that differs in its caption note
+    alone would miss the `_run_dot` cache and run the same layout a second time.
+    """
+    cheapest = replace(policy, hub_copies=1, saved=False, splines="false", cheap=True,
+                       clusters=False, simplex_per_node=0.05, newrank=True,
+                       note="simplified layout; saved tensors not drawn")
+    return None if replace(cheapest, note=policy.note) == policy else cheapest
 
 
-_STYLE = {
-    FUNCTION: 'fillcolor="#e8e8e8"',
-    PARAM: 'fillcolor="#add8e6"',
-    LEAF: 'fillcolor="#d5e8f0"',
-    OUTPUT: 'fillcolor="#b8e0a0"',
-    SAVED: 'fillcolor="#ffd199", fontsize=8, height=0.2',
+_FILL = {
+    "function": "#e8e8e8",
+    "param": "#add8e6",
+    "leaf": "#d5e8f0",
+    "output": "#b8e0a0",
+    "saved": "#ffd199",
 }
+_ACCUMULATE_FILL = "#c9e2ef"
 
 
 def _q(text: str) -> str:
@@ -130,35 +145,38 @@ def _q(text: str) -> str:
 
 
 def _shape(shape: tuple[int, ...] | None) -> str:
-    if shape is None:
-        return ""
-    return str(tuple(shape))
+    return "" if shape is None else str(tuple(shape))
 
 
-def _label(n: GraphNode) -> str:
-    if n.kind == FUNCTION:
-        return n.name if n.step is None else f"{n.step}. {n.name}"
-    if n.kind == SAVED:
-        state = "" if n.alive else ("\nfreed" if n.alive is False else "\npacked")
-        return f"{n.name}\n{_shape(n.shape)}{state}".rstrip("\n")
-    return f"{n.name}\n{_shape(n.shape)}".rstrip("\n")
+def _label(n: GraphNode, show_attrs: bool) -> str:
+    if n.kind == "function":
+        lines = [n.name if n.step is None else f"{n.step}. {n.name}"]
+        if show_attrs:
+            lines.extend(f"{k}={v}" for k, v in n.attrs)
+    else:
+        lines = [n.name, _shape(n.shape)]
+        if n.kind == "saved" and n.saved_state != "alive":
+            lines.append(n.saved_state or "")
+    # Empty parts (no shape: a freed or packed tensor) leave no blank line.
+    return "\n".join(line for line in lines if line)
 
 
-def _node_line(name: str, n: GraphNode, prefix: str) -> str:
-    style = _STYLE[n.kind]
-    extra = ""
-    if n.kind == FUNCTION and n.name == "AccumulateGrad":
-        style = 'fillcolor="#c9e2ef"'
-    if n.kind == SAVED and n.alive is False:
-        extra = ', style="filled,dashed", fillcolor="#eeeeee", fontcolor="#777777"'
-    return f"  {name} [id={_q(prefix + name)}, label={_q(_label(n))}, {style}{extra}];"
+def _node_line(name: str, n: GraphNode, prefix: str, fill: str | None, show_attrs: bool) -> str:
+    if fill is None:
+        is_acc = n.kind == "function" and n.name == "AccumulateGrad"
+        fill = _ACCUMULATE_FILL if is_acc else _FILL[n.kind]
+    style = f'fillcolor="{fill}"'
+    if n.kind == "saved":
+        style += ", fontsize=8, height=0.2"
+        if n.saved_state == "freed":
+            style += ', style="filled,dashed", fillcolor="#eeeeee", fontcolor="#777777"'
+    return f"  {name} [id={_q(prefix + name)}, label={_q(_label(n, show_attrs))}, {style}];"
 
 
 def _cluster_tree(graph: Graph, members: dict[str, list[str]]) -> list[str]:
     """Nested `subgraph cluster_k` blocks for module paths, sorted for determinism."""
-    paths = sorted(members)
     all_paths: set[str] = set()
-    for p in paths:
+    for p in members:
         parts = p.split(".")
         for k in range(1, len(parts) + 1):
             all_paths.add(".".join(parts[:k]))
@@ -183,25 +201,63 @@ def _cluster_tree(graph: Graph, members: dict[str, list[str]]) -> list[str]:
             label = f"{p} ({t})" if t else p
             color = "#f7f7f7"
         lines.append(f"  subgraph cluster_{cluster_ids[p]} {{")
-        lines.append(f'  label={_q(label)}; style="rounded,filled"; fillcolor="{color}"; fontsize=10;')
+        lines.append(f'  label={_q(label)}; style="rounded,filled"; fillcolor="{color}"; '
+                     "fontsize=10;")
         lines.extend(members.get(p, []))
         stack.append((p, True))
         stack.extend((c, False) for c in reversed(children.get(p, [])))
     return lines
 
 
-def to_dot(graph: Graph, *, policy: LayoutPolicy | None = None, id_prefix: str = "",
-           colors: dict[int, str] | None = None) -> str:
-    """DOT text of `graph`. Deterministic: same records, same bytes.
+def _drawn(graph: Graph, *, group_modules: bool, depth: int | None, rollup: bool,
+           expand: Iterable[str]) -> Graph:
+    """Check the module options and apply roll-up: the graph the drawing shows."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"expected a Graph from autogradviz.trace(), got {type(graph).__name__}")
+    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
+        raise ValueError(f"depth must be a positive int or None, got {depth!r}")
+    if (group_modules or rollup or depth is not None) and not graph.module_types:
+        raise ValueError(
+            "group_modules/depth/rollup need to know which module produced each Node; record "
+            "the forward with `with autogradviz.record_modules(model) as rec: out = model(x)`, "
+            "trace with trace(out, params=model, modules=rec), then draw with "
+            "g.svg(group_modules=True)"
+        )
+    return roll_up(graph, expand=expand) if rollup else graph
 
-    `colors` overrides fill colours by node id (used by the backward stepper).
+
+def to_dot(graph: Graph, *, policy: LayoutPolicy | None = None, id_prefix: str = "",
+           colors: dict[int, str] | None = None, group_modules: bool = False,
+           depth: int | None = None, rollup: bool = False, expand: Iterable[str] = (),
+           direction: Direction = "backward", show_attrs: bool = False) -> str:
+    """DOT text of `graph`. Deterministic: same records and options, same bytes.
+
+    Args:
+        policy: layout settings; by default chosen from the graph's size.
+        id_prefix: prefix of every element id (several drawings on one page).
+        colors: fill colour by node id, overriding the kind's colour (backward stepper).
+        group_modules: cluster Nodes by the nn.Module that produced them (the graph
+            must be traced with ``modules=``).
+        depth: deepest module nesting drawn as clusters (None: all).
+        rollup: draw runs of identical blocks once (implies `group_modules`).
+        expand: module paths whose repeated blocks stay expanded under `rollup`.
+        direction: "backward" (loss on top, arrows as gradients flow) or "forward"
+            (inputs on top, arrows in forward order, as torchviz draws).
+        show_attrs: write each Node's non-tensor saved attributes (dim, stride, ...)
+            in its box.
     """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    graph = _drawn(graph, group_modules=group_modules, depth=depth, rollup=rollup,
+                   expand=expand)
+    group_modules = group_modules or rollup
     policy = policy or choose_policy(graph)
     nodes = graph.nodes
+    colors = colors or {}
     indeg = Counter(d for _, d in graph.edges)
     hubs = set()
     if policy.hub_copies is not None:
-        hubs = {n.id for n in nodes if n.kind == FUNCTION and n.name == "AccumulateGrad"
+        hubs = {n.id for n in nodes if n.kind == "function" and n.name == "AccumulateGrad"
                 and indeg[n.id] > policy.hub_copies}
     hanging: dict[int, list[int]] = {}  # AccumulateGrad id -> its leaf tensor ids
     for s, d in graph.tensor_edges:
@@ -209,62 +265,65 @@ def to_dot(graph: Graph, *, policy: LayoutPolicy | None = None, id_prefix: str =
             hanging.setdefault(s, []).append(d)
     hidden = {d for ds in hanging.values() for d in ds}
     if not policy.saved:
-        hidden |= {n.id for n in nodes if n.kind == SAVED}
+        hidden |= {n.id for n in nodes if n.kind == "saved"}
 
     members: dict[str, list[str]] = {}
     top: list[str] = []
-    depth = graph.depth
 
-    def place(n: GraphNode, line: str) -> None:
+    def place(n: GraphNode, name: str) -> None:
+        line = _node_line(name, n, id_prefix, colors.get(n.id), show_attrs)
         mod = n.module
-        if graph.group_modules and policy.clusters and mod:
+        if group_modules and policy.clusters and mod:
             if depth is not None:
                 mod = ".".join(mod.split(".")[:depth])
             members.setdefault(mod, []).append(line)
         else:
             top.append(line)
 
-    def line(name: str, n: GraphNode) -> str:
-        text = _node_line(name, n, id_prefix)
-        if colors and n.id in colors:
-            text = re.sub(r'fillcolor="#[0-9a-f]{6}"', f'fillcolor="{colors[n.id]}"', text, count=1)
-        return text
-
+    forward = direction == "forward"
     edge_lines: list[str] = []
+
+    def edge(a: str, b: str, attrs: str = "") -> None:
+        """An edge in gradient direction a -> b, flipped when drawing forward."""
+        if forward:
+            a, b = b, a
+        edge_lines.append(f"  {a} -> {b}{attrs};")
+
     copy_count: Counter[int] = Counter()
     for n in nodes:
         if n.id in hubs or n.id in hidden:
             continue
-        place(n, line(f"n{n.id}", n))
+        place(n, f"n{n.id}")
     for s, d in graph.edges:
         if d in hubs:
             k = copy_count[d]
             copy_count[d] += 1
             name = f"n{d}_{k}"
-            place(nodes[d], line(name, nodes[d]))
+            place(nodes[d], name)
             for t in hanging.get(d, []):
-                place(nodes[t], line(f"n{t}_{k}", nodes[t]))
-                edge_lines.append(f"  {name} -> n{t}_{k} [color=\"#7a9cc6\"];")
-            edge_lines.append(f"  n{s} -> {name};")
+                place(nodes[t], f"n{t}_{k}")
+                edge(name, f"n{t}_{k}", ' [color="#7a9cc6"]')
+            edge(f"n{s}", name)
         else:
-            edge_lines.append(f"  n{s} -> n{d};")
+            edge(f"n{s}", f"n{d}")
     for s, d in graph.tensor_edges:
         if s in hidden or d in hidden or s in hubs:
             continue
         kind = nodes[s].kind
-        if kind == SAVED:
+        if kind == "saved":  # undirected: the same in both directions
             edge_lines.append(f'  n{s} -> n{d} [style=dashed, color="#d08a2c", arrowhead=none];')
-        elif kind == OUTPUT:
-            edge_lines.append(f'  n{s} -> n{d} [color="#5a9a3a"];')
+        elif kind == "output":
+            edge(f"n{s}", f"n{d}", ' [color="#5a9a3a"]')
         else:
-            edge_lines.append(f'  n{s} -> n{d} [color="#7a9cc6"];')
+            edge(f"n{s}", f"n{d}", ' [color="#7a9cc6"]')
 
     caption = graph.caption() + (f" ({policy.note})" if policy.note else "")
     if graph.title:
         caption = graph.title + "\n" + caption
     out = ["digraph autograd {"]
-    attrs = {"rankdir": "TB", "label": _q(caption), "labelloc": "b", "fontname": "Helvetica", "fontsize": "11",
-             "nodesep": "0.2", "ranksep": "0.3", "ordering": "out"} | {k: v for k, v in policy.graph_attrs().items()}
+    attrs = {"rankdir": "TB", "label": _q(caption), "labelloc": "b", "fontname": "Helvetica",
+             "fontsize": "11", "nodesep": "0.2", "ranksep": "0.3", "ordering": "out",
+             **policy.graph_attrs()}
     if policy.cheap:
         attrs.pop("ordering")
     out.append("  graph [" + ", ".join(f"{k}={v}" for k, v in attrs.items()) + "];")
@@ -321,56 +380,101 @@ def _dot_binary() -> str:
     return exe
 
 
+# Cached because one layout is asked for several times: `Graph._repr_svg_` and an
+# explicit `.svg()` of the same graph, a strip redrawing frames it already drew, a
+# test comparing two renders. The key is the full DOT text, so equal text is the
+# only thing that can hit; a timeout raises and is not cached.
 @functools.lru_cache(maxsize=64)
 def _run_dot(exe: str, dot: str, fmt: str, timeout: float) -> bytes:
-    proc = subprocess.run([exe, f"-T{fmt}"], input=dot.encode(), capture_output=True, timeout=timeout)
+    proc = subprocess.run([exe, f"-T{fmt}"], input=dot.encode(), capture_output=True,
+                          timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"dot failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[:500]}")
+        raise RuntimeError(
+            f"dot failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[:500]}"
+        )
     return proc.stdout
 
 
 def summary_dot(graph: Graph, note: str) -> str:
     """A small stand-in drawing: Node counts by name, for graphs too big to lay out."""
-    counts = Counter(n.name for n in graph.nodes if n.kind == FUNCTION)
-    rows = "".join(f"<tr><td align='left'>{_html.escape(k)}</td><td align='right'>{v}</td></tr>"
-                   for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:25])
+    counts = Counter(n.name for n in graph.nodes if n.kind == "function")
+    rows = "".join(
+        f"<tr><td align='left'>{_html.escape(k)}</td><td align='right'>{v}</td></tr>"
+        for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:25]
+    )
     head = _html.escape(f"{graph.caption()}; {note}")
     return ("digraph summary {\n  node [shape=plaintext, fontname=\"Helvetica\", fontsize=10];\n"
-            f"  s [label=<<table border='0' cellborder='1' cellspacing='0'><tr><td colspan='2'><b>{head}</b>"
-            f"</td></tr>{rows}</table>>];\n}}\n")
+            "  s [label=<<table border='0' cellborder='1' cellspacing='0'><tr><td colspan='2'>"
+            f"<b>{head}</b></td></tr>{rows}</table>>];\n}}\n")
 
 
-def _layout(graph: Graph, fmt: str, timeout: float, policy: LayoutPolicy | None, **dot_options: Any) -> bytes:
+# The summary is a single table: it lays out in milliseconds, so it gets a fixed allowance.
+_SUMMARY_TIMEOUT = 30.0
+
+
+def _layout(graph: Graph, fmt: str, timeout: float, policy: LayoutPolicy | None,
+            **options: Any) -> bytes:
     exe = _dot_binary()
-    policy = policy or choose_policy(graph)
-    attempts = [policy, _cheaper(policy)]
+    drawn = _drawn(graph, group_modules=options.get("group_modules", False),
+                   depth=options.get("depth"), rollup=options.get("rollup", False),
+                   expand=options.get("expand", ()))
+    policy = policy or choose_policy(drawn)
+    attempts = [policy]
+    cheaper = _cheaper(policy)
+    if cheaper is not None:
+        attempts.append(cheaper)
     for p in attempts:
         try:
-            return _run_dot(exe, to_dot(graph, policy=p, **dot_options), fmt, timeout)
+            return _run_dot(exe, to_dot(graph, policy=p, **options), fmt, timeout)
         except subprocess.TimeoutExpired:
             continue
-    # The summary is a single table: it lays out in milliseconds, so it gets a fixed allowance.
-    return _run_dot(exe, summary_dot(graph, f"layout took over {timeout:g} s, showing Node counts"), fmt, 30.0)
+    note = f"layout took over {timeout:g} s, showing Node counts"
+    return _run_dot(exe, summary_dot(drawn, note), fmt, _SUMMARY_TIMEOUT)
 
 
 def render_svg(graph: Graph, *, timeout: float = 30.0, policy: LayoutPolicy | None = None,
-               **dot_options: Any) -> str:
+               **options: Any) -> str:
     """SVG text (cleaned, deterministic for a given Graphviz version).
 
-    Deterministic only while the layout finishes inside `timeout` seconds; past it the
-    drawing falls back to a cheaper one (see the module docstring), so notebooks draw
-    only graphs that lay out well inside it.
+    `options` are the drawing options of `to_dot`. Deterministic only while the
+    layout finishes inside `timeout` seconds; past it the drawing falls back to a
+    cheaper one (see the module docstring), so notebooks draw only graphs that lay
+    out well inside it.
     """
-    return clean_svg(_layout(graph, "svg", timeout, policy, **dot_options).decode())
+    return clean_svg(_layout(graph, "svg", timeout, policy, **options).decode())
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) in pixels from a PNG's header."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG image")
+    width, height = struct.unpack(">II", png[16:24])
+    return width, height
 
 
 def render_png(graph: Graph, *, timeout: float = 30.0, policy: LayoutPolicy | None = None,
-               **dot_options: Any) -> bytes:
-    return _layout(graph, "png", timeout, policy, **dot_options)
+               **options: Any) -> bytes:
+    """PNG bytes. A layout past Graphviz's 32,767-pixel limit becomes the summary table.
 
-
-def dot_to_svg(dot: str, timeout: float = 30.0) -> str:
-    return clean_svg(_run_dot(_dot_binary(), dot, "svg", timeout).decode())
+    Graphviz shrinks such a layout to fit without a word (a 20,000-Node chain came
+    out 17 x 32,767 px, unreadable); here it warns and draws the Node-count summary,
+    as after a timeout. `.svg()` and `.html()` have no such limit.
+    """
+    png = _layout(graph, "png", timeout, policy, **options)
+    width, height = png_size(png)
+    if max(width, height) < PNG_MAX_PIXELS:
+        return png
+    warnings.warn(
+        f"the layout is larger than Graphviz's {PNG_MAX_PIXELS:,}-pixel PNG limit and would be "
+        f"shrunk to {width} x {height} px; drawing the Node-count summary instead. Use "
+        "g.svg() or g.html() (no size limit) or g.save('graph.svg') for the full drawing",
+        UserWarning, stacklevel=2,
+    )
+    drawn = _drawn(graph, group_modules=options.get("group_modules", False),
+                   depth=options.get("depth"), rollup=options.get("rollup", False),
+                   expand=options.get("expand", ()))
+    note = f"over the {PNG_MAX_PIXELS:,} px PNG limit, showing Node counts; use SVG or HTML"
+    return _run_dot(_dot_binary(), summary_dot(drawn, note), "png", _SUMMARY_TIMEOUT)
 
 
 # ---------------------------------------------------------------- HTML
@@ -402,7 +506,7 @@ window.addEventListener('mouseup',function(){{drag=null;view.style.cursor='grab'
 window.addEventListener('mousemove',function(e){{if(!drag)return;var r=svg.getBoundingClientRect();
 vb.x-=(e.clientX-drag.x)/r.width*vb.width;vb.y-=(e.clientY-drag.y)/r.height*vb.height;drag={{x:e.clientX,y:e.clientY}};}});
 svg.querySelectorAll('g.node').forEach(function(g){{
-var key=g.id.replace(/^{prefix}/,'').replace(/_\\d+$/,''),d=details[key];if(!d)return;
+var key=g.id.replace(/_\\d+$/,''),d=details[key];if(!d)return;
 g.addEventListener('mousemove',function(e){{tip.textContent=d.map(function(kv){{return kv[0]+': '+kv[1];}}).join('\\n');
 tip.style.display='block';tip.style.left=(e.clientX+12)+'px';tip.style.top=(e.clientY+12)+'px';}});
 g.addEventListener('mouseleave',function(){{tip.style.display='none';}});}});
@@ -411,20 +515,35 @@ g.addEventListener('mouseleave',function(){{tip.style.display='none';}});}});
 """
 
 
-def render_html(graph: Graph, *, timeout: float = 30.0, policy: LayoutPolicy | None = None) -> str:
-    """A self-contained page: inline SVG plus inline JS/CSS. It makes no requests."""
-    svg = render_svg(graph, timeout=timeout, policy=policy)
-    details = {f"n{n.id}": [list(kv) for kv in n.details] for n in graph.nodes}
+def render_html(graph: Graph, *, timeout: float = 30.0, policy: LayoutPolicy | None = None,
+                **options: Any) -> str:
+    """A self-contained page: inline SVG plus inline JS/CSS. It makes no requests.
+
+    `options` are the drawing options of `to_dot`.
+    """
+    drawn = _drawn(graph, group_modules=options.get("group_modules", False),
+                   depth=options.get("depth"), rollup=options.get("rollup", False),
+                   expand=options.get("expand", ()))
+    if options.pop("rollup", False):
+        options["group_modules"] = True
+    options.pop("expand", None)
+    svg = render_svg(drawn, timeout=timeout, policy=policy, **options)
+    details = {f"n{n.id}": [list(kv) for kv in n.details] for n in drawn.nodes}
     payload = json.dumps(details, separators=(",", ":"), sort_keys=True).replace("</", "<\\/")
-    return _HTML.format(title=_html.escape(graph.title or "autograd graph"), caption=_html.escape(graph.caption()),
-                        svg=svg, details=payload, prefix="")
+    return _HTML.format(title=_html.escape(drawn.title or "autograd graph"),
+                        caption=_html.escape(drawn.caption()), svg=svg, details=payload)
 
 
 def save(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None:
-    """Write `.dot`, `.svg`, `.png` or `.html`, chosen by the suffix of `path`."""
+    """Write `.dot`, `.svg`, `.png` or `.html`, chosen by the suffix of `path`.
+
+    `options` go to the view: drawing options of `to_dot`, and `timeout` for the
+    formats that run Graphviz.
+    """
     p = Path(path)
     suffix = p.suffix.lower()
-    if suffix == ".dot" or suffix == ".gv":
+    if suffix in (".dot", ".gv"):
+        options.pop("timeout", None)
         p.write_text(to_dot(graph, **options))
     elif suffix == ".svg":
         p.write_text(render_svg(graph, **options))
@@ -433,10 +552,8 @@ def save(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None:
     elif suffix in (".html", ".htm"):
         p.write_text(render_html(graph, **options))
     else:
-        raise ValueError(f"cannot tell the format from {p.name!r}; use a path ending in .dot, .svg, .png or .html")
-
-
-# ---------------------------------------------------------------- frame strips
+        raise ValueError(f"cannot tell the format from {p.name!r}; use a path ending in .dot, "
+                         ".svg, .png or .html")
 
 
 class SVG:
@@ -453,46 +570,3 @@ class SVG:
 
     def __repr__(self) -> str:
         return f"SVG({len(self.text)} characters)"
-
-
-_ROOT = re.compile(r"<svg\b[^>]*>")
-_NUM = r"([0-9.]+)(?:pt|px)?"
-
-
-def _size(svg: str) -> tuple[float, float, str]:
-    root = _ROOT.search(svg)
-    if root is None:
-        raise ValueError("not an SVG document")
-    tag = root.group(0)
-    w = re.search(r'width="' + _NUM + '"', tag)
-    h = re.search(r'height="' + _NUM + '"', tag)
-    vb = re.search(r'viewBox="([^"]+)"', tag)
-    width, height = float(w.group(1)), float(h.group(1))
-    return width, height, vb.group(1) if vb else f"0 0 {width} {height}"
-
-
-def compose_strip(svgs: list[str], labels: list[str], *, height: float = 260.0, gap: float = 14.0) -> str:
-    """Lay several SVGs side by side in one SVG, each scaled to `height`, with a label below."""
-    if not svgs:
-        raise ValueError("compose_strip() needs at least one SVG")
-    parts: list[str] = []
-    x = 0.0
-    for svg, label in zip(svgs, labels):
-        w, h, vb = _size(svg)
-        scale = height / h if h > height else 1.0
-        fw, fh = w * scale, h * scale
-        inner = _ROOT.sub(f'<svg x="{x:.1f}" y="{height - fh:.1f}" width="{fw:.1f}" height="{fh:.1f}" '
-                          f'viewBox="{vb}" preserveAspectRatio="xMidYMax meet">', svg, count=1)
-        parts.append(inner)
-        parts.append(f'<text x="{x + fw / 2:.1f}" y="{height + 16:.1f}" text-anchor="middle" '
-                     f'font-family="Helvetica,Arial,sans-serif" font-size="12">{_html.escape(label)}</text>')
-        x += fw + gap
-    total_w = x - gap
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
-            f'width="{total_w:.1f}pt" height="{height + 24:.1f}pt" viewBox="0 0 {total_w:.1f} {height + 24:.1f}">'
-            + "".join(parts) + "</svg>")
-
-
-def content_prefix(text: str) -> str:
-    """A short id prefix derived from content, so several drawings on one page never share element ids."""
-    return "a" + hashlib.sha1(text.encode()).hexdigest()[:8] + "-"

@@ -3,15 +3,18 @@
     .venv/bin/python scripts/build_site.py          (make site)
 
 Steps: read the canonical question list (book/questions.yml), find the chapter notebooks
-(notebooks/<NN>_<slug>.ipynb), write the question index book/questions.md linking each
-question to its "Q<n>. ..." section (or marking it "coming" while its chapter is not written),
-then run Jupyter Book 1.x from the repository root with every Sphinx warning an error.
+(notebooks/<NN>_<slug>.ipynb) and parse each once (scripts/notebook_parts.py), write the
+question index book/questions.md linking each question to its "Q<n>. ..." section (or marking
+it "coming" while its chapter is not written) and the revision sheet book/revision.md (every
+short answer and Summary line, one printed page per chapter), then run Jupyter Book 1.x from
+the repository root with every Sphinx warning an error.
 Finally scan the HTML for anything that would load from another host. Prints the index
 page path. Exits non-zero, with the reason, on any problem.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import shutil
 import subprocess
@@ -28,20 +31,21 @@ __all__ = [
     "question_headings",
     "heading_slug",
     "render_question_index",
+    "render_revision_sheet",
     "external_references",
     "build",
     "main",
 ]
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # notebook_parts sits beside this script
+import notebook_parts  # noqa: E402 - needs the path above when run as a script
 CONFIG = Path("book/_config.yml")
 TOC = Path("book/_toc.yml")
 QUESTIONS_YML = Path("book/questions.yml")
 QUESTIONS_MD = Path("book/questions.md")
+REVISION_MD = Path("book/revision.md")
 CHAPTER_FILE = re.compile(r"^(\d{2})_[a-z0-9_]+\.ipynb$")
-# A question section heading in a chapter: "## Q12. What does retain_graph do?" (levels 1-3,
-# the levels myst_heading_anchors gives slugs to).
-QUESTION_HEADING = re.compile(r"^(#{1,3})\s+Q(\d+)\.\s+(.+?)\s*#*\s*$")
 N_QUESTIONS = 50
 
 
@@ -109,39 +113,23 @@ def find_chapters(notebooks_dir: Path, n_chapters: int) -> dict[int, Path]:
 
 
 def heading_slug(title_markdown: str) -> str:
-    """The anchor myst-parser gives a heading: its plain text, slugified the GitHub way.
-
-    Uses myst-parser's own slug function on the text that markdown-it sees, so inline code
-    and emphasis in a heading come out exactly as in the built page.
-    """
-    from markdown_it import MarkdownIt
-    from myst_parser.mdit_to_docutils.base import default_slugify
-
-    tokens = MarkdownIt("commonmark").parseInline(title_markdown)
-    text = "".join(
-        child.content for tok in tokens for child in (tok.children or []) if child.type in ("text", "code_inline")
-    )
-    return default_slugify(text)
+    """The anchor myst-parser gives a heading (see notebook_parts.heading_slug)."""
+    return notebook_parts.heading_slug(title_markdown)
 
 
 def question_headings(nb_path: Path) -> list[QuestionHeading]:
-    """Every "Q<n>. ..." heading in the notebook's markdown cells, in order."""
-    import nbformat
+    """Every "Q<n>. ..." section heading of the chapter, in order, as notebook_parts finds it."""
+    return [QuestionHeading(q.number, q.title, q.slug) for q in _chapter(nb_path).questions]
 
-    nb = nbformat.read(nb_path, as_version=4)
-    found: list[QuestionHeading] = []
-    for cell in nb.cells:
-        if cell.cell_type != "markdown":
-            continue
-        in_fence = False
-        for line in cell.source.splitlines():
-            if line.lstrip().startswith(("```", "~~~")):
-                in_fence = not in_fence
-            m = None if in_fence else QUESTION_HEADING.match(line)
-            if m:
-                full = line.lstrip("#").strip()
-                found.append(QuestionHeading(int(m.group(2)), m.group(3), heading_slug(full)))
-    return found
+
+@functools.lru_cache(maxsize=32)
+def _parsed(path: Path, mtime_ns: int) -> notebook_parts.Chapter:
+    return notebook_parts.parse_chapter(path)
+
+
+def _chapter(path: Path) -> notebook_parts.Chapter:
+    """Each notebook parsed once per build (the cache key includes its modification time)."""
+    return _parsed(path, path.stat().st_mtime_ns)
 
 
 def render_question_index(questions: list[Question], chapters: dict[int, Path], root: Path) -> str:
@@ -152,7 +140,8 @@ def render_question_index(questions: list[Question], chapters: dict[int, Path], 
         "<!-- Written by scripts/build_site.py from book/questions.yml and the chapter notebooks. -->",
         "",
         f"All {len(questions)} questions, in the order the book answers them. Each links to its section;",
-        "a question marked *coming* belongs to a chapter that is not written yet.",
+        "a question marked *coming* belongs to a chapter that is not written yet. The",
+        "[revision sheet](revision.md) gathers every written short answer and Summary line on one page.",
     ]
     current = None
     for q in questions:
@@ -162,7 +151,7 @@ def render_question_index(questions: list[Question], chapters: dict[int, Path], 
         gpu = " (GPU)" if q.gpu else ""
         nb = chapters.get(q.chapter)
         if nb is None:
-            lines.append(f"{q.number}. {q.text}{gpu} *(coming)*")
+            lines.append(f'{q.number}. <a id="q{q.number}"></a>{q.text}{gpu} *(coming)*')
             continue
         heads = {h.number: h for h in question_headings(nb)}
         if q.number not in heads:
@@ -173,13 +162,57 @@ def render_question_index(questions: list[Question], chapters: dict[int, Path], 
         target = f"../{nb.relative_to(root).as_posix()}#{heads[q.number].slug}"
         # Escape brackets so question text such as "[GPU]" cannot close the link early.
         text = q.text.replace("[", r"\[").replace("]", r"\]")
-        lines.append(f"{q.number}. [{text}]({target}){gpu}")
+        lines.append(f'{q.number}. <a id="q{q.number}"></a>[{text}]({target}){gpu}')
     for number, nb in sorted(chapters.items()):
         own = {q.number for q in questions if q.chapter == number}
         stray = [h.number for h in question_headings(nb) if h.number not in own]
         if stray:
             raise SiteError(f"{nb.relative_to(root)} has headings for questions {stray}, not in chapter {number}")
     return "\n".join(lines) + "\n"
+
+
+def _rewrite_local_links(markdown: str, target: str) -> str:
+    """Point in-page links ("](#q3)") of a chapter's text at that chapter from another page."""
+    return re.sub(r"\]\(#", f"]({target}#", markdown)
+
+
+def render_revision_sheet(questions: list[Question], chapters: dict[int, Path], root: Path) -> str:
+    """The Markdown of book/revision.md: per written chapter, each question's short answer and
+    its Summary bullets, in question order. Printed, each chapter starts a new page."""
+    lines = [
+        "# Revision sheet",
+        "",
+        "<!-- Written by scripts/build_site.py from the chapter notebooks. -->",
+        "",
+        "Every short answer and every Summary line of the written chapters, in question order:",
+        "the pass to make the night before. Printed, each chapter starts on a new page. The",
+        "[question index](questions.md) lists all fifty questions.",
+    ]
+    if not chapters:
+        lines += ["", "No chapter is written yet."]
+    by_chapter: dict[int, list[Question]] = {}
+    for q in questions:
+        by_chapter.setdefault(q.chapter, []).append(q)
+    for number, nb in sorted(chapters.items()):
+        parsed = _chapter(nb)
+        page = f"../{nb.relative_to(root).as_posix()}"
+        lines += ["", f"## Chapter {number}: {by_chapter[number][0].chapter_title}", ""]
+        for q in by_chapter[number]:
+            section = parsed.question(q.number)
+            if section is None:
+                continue  # render_question_index already refuses a chapter missing a question
+            lines += [f"### Q{q.number}. {q.text}", ""]
+            for callout in section.short_answers:
+                lines += [_rewrite_local_links(callout.text, page), ""]
+            if not section.short_answers:
+                lines += ["*No short answer in the chapter yet.*", ""]
+            for bullet in parsed.summary.get(q.number, ()):
+                lines.append(f"- {_rewrite_local_links(bullet, page)}")
+            lines += ["", f"[The full answer]({page}#{section.slug})", ""]
+        if parsed.summary_other:
+            lines += ["### Also in the chapter's Summary", ""]
+            lines += [f"- {_rewrite_local_links(b, page)}" for b in parsed.summary_other]
+    return "\n".join(lines).rstrip() + "\n"
 
 
 _EXTERNAL = re.compile(
@@ -211,10 +244,14 @@ def build(root: Path = REPO) -> Path:
     questions = load_questions(root / QUESTIONS_YML)
     n_chapters = max(q.chapter for q in questions)
     chapters = find_chapters(root / "notebooks", n_chapters)
-    index_md = render_question_index(questions, chapters, root)
-    target = root / QUESTIONS_MD
-    if not target.exists() or target.read_text(encoding="utf-8") != index_md:
-        target.write_text(index_md, encoding="utf-8")
+    generated = {
+        QUESTIONS_MD: render_question_index(questions, chapters, root),
+        REVISION_MD: render_revision_sheet(questions, chapters, root),
+    }
+    for rel, text in generated.items():
+        target = root / rel
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            target.write_text(text, encoding="utf-8")
 
     site = root / "_build" / "html"
     # Start empty: pages left from an earlier build (a renamed chapter) would still be served.
@@ -235,7 +272,7 @@ def build(root: Path = REPO) -> Path:
     index = site / "index.html"
     if not index.is_file():
         raise SiteError(f"the build finished but {index} is missing:\n{output}")
-    pages = [site / "book" / "questions.html"] + [site / nb.relative_to(root).with_suffix(".html") for nb in chapters.values()]
+    pages = [site / "book" / "questions.html", site / "book" / "revision.html"] + [site / nb.relative_to(root).with_suffix(".html") for nb in chapters.values()]
     missing = [str(p.relative_to(site)) for p in pages if not p.is_file()]
     if missing:
         raise SiteError(f"pages missing from the site: {missing}; is the chapter in book/_toc.yml's glob?")

@@ -1,6 +1,7 @@
 """trace(): Node and edge counts against an independent walk, naming, saved tensors, modules."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -101,13 +102,18 @@ def test_tied_weight_has_one_accumulate_grad_with_both_names():
     roots, model = CASES["weight tying"]
     g = av.trace(roots, params=model)
     params = [n for n in g.nodes if n.kind == "param"]
-    tied = [p for p in params if "emb.weight" in p.name]
-    assert len(tied) == 1 and "head.weight" in tied[0].name
+    tied = [p for p in params if "emb.weight" in p.param_names]
+    assert len(tied) == 1 and tied[0].param_names == ("emb.weight", "head.weight")
     assert len(params) == len({id(p) for p in model.parameters()})
     # the tied AccumulateGrad has two consumers: Embedding and the head's matmul path
-    acc = {d for s, d in g.tensor_edges if d == tied[0].id}
     (acc_src,) = [s for s, d in g.tensor_edges if d == tied[0].id]
-    assert acc and sum(1 for _, d in g.edges if d == acc_src) == 2
+    assert sum(1 for _, d in g.edges if d == acc_src) == 2
+    # with module attribution the tied Node goes with the first name's module
+    with av.record_modules(model) as rec:
+        out = model(torch.tensor([1, 2, 3])).sum()
+    g = av.trace(out, params=model, modules=rec)
+    acc = [n for n in g.function_nodes if n.name == "AccumulateGrad"]
+    assert "emb" in {n.module for n in acc}
 
 
 def test_multiple_roots_each_drawn_as_output():
@@ -155,14 +161,29 @@ def test_bad_roots(bad, err, words):
         av.trace(bad)
 
 
-def test_bad_params_and_grouping_without_record():
+def _small():
     x = torch.randn(2, requires_grad=True)
-    with pytest.raises(TypeError, match="nn.Module or a Mapping"):
-        av.trace(x * 2, params=[x])
-    with pytest.raises(ValueError, match="record_modules"):
-        av.trace(x * 2, group_modules=True)
-    with pytest.raises(ValueError, match="depth"):
-        av.trace(x * 2, depth=0)
+    return x * 2, x
+
+
+@pytest.mark.parametrize(
+    "call, err, words",
+    [
+        (lambda y, x: av.trace(y, params=[x]), TypeError, "nn.Module or a Mapping"),
+        (lambda y, x: av.trace(y, params={"x": 3}), TypeError, "not a tensor"),
+        (lambda y, x: av.trace(y, modules={}), TypeError, "ModuleRecord"),
+        (lambda y, x: av.trace(y, group_modules=True), TypeError, "drawing choice"),
+        (lambda y, x: av.trace(y, colour=True), TypeError, "unexpected keyword"),
+        (lambda y, x: av.trace(y).to_dot(group_modules=True), ValueError, "record_modules"),
+        (lambda y, x: av.trace(y).to_dot(rollup=True), ValueError, "record_modules"),
+        (lambda y, x: av.trace(y).to_dot(depth=0), ValueError, "depth"),
+        (lambda y, x: av.trace(y).to_dot(direction="up"), ValueError, "direction"),
+    ],
+)
+def test_bad_arguments(call, err, words):
+    y, x = _small()
+    with pytest.raises(err, match=words):
+        call(y, x)
 
 
 def test_saved_tensors_recorded_with_shape_dtype_bytes():
@@ -233,6 +254,7 @@ def test_views_and_hooks_in_details():
     assert d_a["tensor hooks"] == "1"
 
 
+@pytest.mark.slow
 def test_dot_identical_in_two_traces_and_two_processes():
     roots, params = CASES["weight tying"]
     assert av.trace(roots, params=params).to_dot() == av.trace(roots, params=params).to_dot()
@@ -272,15 +294,16 @@ def test_record_modules_does_not_change_results():
     # hooks are gone after the block
     assert all(not mod._forward_hooks and not mod._forward_pre_hooks for mod in m.modules())
     # each Node went to the innermost module whose forward made it, per torch's own class of op
-    g = av.trace(y, params=m, modules=rec, group_modules=True)
+    g = av.trace(y, params=m, modules=rec)
     by_module = {}
     for n in g.function_nodes:
         by_module.setdefault(n.module, []).append(n.name)
     assert by_module["1"] == ["ReluBackward0"] and by_module["2.1"] == ["TanhBackward0"]
     assert sorted(by_module["2.0"]) == ["AccumulateGrad", "AccumulateGrad", "AddmmBackward0", "TBackward0"]
-    dot = g.to_dot()
+    assert "cluster" not in g.to_dot()  # clusters are a drawing choice, off by default
+    dot = g.to_dot(group_modules=True)
     assert 'label="2 (Sequential)"' in dot and 'label="2.0 (Linear)"' in dot
-    shallow = av.trace(y, params=m, modules=rec, group_modules=True, depth=1).to_dot()
+    shallow = g.to_dot(group_modules=True, depth=1)
     assert "2.0 (Linear)" not in shallow and "2 (Sequential)" in shallow
 
 
@@ -308,8 +331,8 @@ def test_rollup_repeated_blocks():
     net = Net(5)
     with av.record_modules(net) as rec:
         loss = net(torch.randn(2, 4))
-    full = av.trace(loss, params=net, modules=rec, group_modules=True)
-    rolled = av.trace(loss, params=net, modules=rec, rollup=True)
+    full = av.trace(loss, params=net, modules=rec)
+    rolled = av.roll_up(full)
     # the block's own ops (add, tanh between/around the child Linear) belong to the block itself
     own = sorted(n.name for n in full.function_nodes if n.module == "h.2")
     assert own == ["AddBackward0", "TanhBackward0"]
@@ -320,6 +343,65 @@ def test_rollup_repeated_blocks():
     # h.0 differs (its input needs no grad, so its matmul saves less); h.1..h.4 are identical
     assert rolled.num_functions == full.num_functions - 3 * per_block
     assert rolled.rolled == {"h.1": ("h.1–4: Block ×4", 4)}
-    assert "×4" in rolled.to_dot()
-    expanded = av.trace(loss, params=net, modules=rec, rollup=True, expand=["h"])
+    assert "×4" in full.to_dot(rollup=True) and "×4" not in full.to_dot(group_modules=True)
+    assert full.to_dot(rollup=True) == rolled.to_dot(group_modules=True)
+    expanded = av.roll_up(full, expand=["h"])
     assert expanded.num_functions == full.num_functions and not expanded.rolled
+    # the caption says both counts; the saved bytes cover the whole traced graph
+    caption = rolled.caption()
+    assert f"{rolled.num_functions} of {full.num_functions} autograd Nodes" in caption
+    assert rolled.saved_bytes == full.saved_bytes and av.format_bytes(full.saved_bytes) in caption
+    assert f"{full.num_functions} autograd Nodes" in full.caption()
+
+
+def test_saved_tensors_seen_through_track_memory():
+    """The memory tracker packs saved tensors with its own hooks; the walk sees through them."""
+    def run(tracked: bool):
+        torch.manual_seed(0)
+        m = nn.Linear(4, 4)
+        x = torch.randn(2, 4)
+        if tracked:
+            with av.track_memory(m):
+                loss = m(x).tanh().sum()
+                inside = av.trace(loss)
+        else:
+            loss, inside = m(x).tanh().sum(), None
+        return loss, inside
+
+    plain_loss, _ = run(False)
+    loss, inside = run(True)
+    after = av.trace(loss)
+    expect = av.trace(plain_loss)
+    assert expect.saved_bytes > 0
+    for g in (inside, after):
+        saved = [n for n in g.nodes if n.kind == "saved"]
+        assert saved and all(n.saved_state == "alive" and n.shape is not None for n in saved)
+        assert g.saved_bytes == expect.saved_bytes
+        assert [(n.name, n.shape) for n in saved] == [
+            (n.name, n.shape) for n in expect.nodes if n.kind == "saved"]
+    # oracle: torch's own unpacking of the tanh result gives the same shape
+    assert tuple(loss.grad_fn.next_functions[0][0]._saved_result.shape) == (2, 4)
+
+
+def test_non_tensor_attributes_recorded_and_drawn_on_request():
+    a = torch.randn(3, 5, requires_grad=True)
+    y = a.sum(dim=1, keepdim=True).sum()
+    g = av.trace(y)
+    node = y.grad_fn.next_functions[0][0]  # SumBackward1
+    (rec,) = [n for n in g.function_nodes if n.name == node.name()]
+    attrs = dict(rec.attrs)
+    # oracle: torch's own saved attributes
+    assert attrs["dim"] == repr(node._saved_dim) and attrs["keepdim"] == repr(node._saved_keepdim)
+    assert f"dim={node._saved_dim!r}" not in g.to_dot()
+    assert f"dim={node._saved_dim!r}" in g.to_dot(show_attrs=True)
+    assert av.trace(y, saved=False).function_nodes[0].attrs == ()
+
+
+def test_one_walk_behind_trace_and_backward_order():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    loss = m(torch.randn(2, 3)).sum()
+    g = av.trace(loss, params=m)
+    bo = av.backward_order(loss, params=m)
+    assert [dataclasses.replace(n, step=None) for n in bo.graph.nodes] == g.nodes
+    assert bo.graph.edges == g.edges and bo.graph.tensor_edges == g.tensor_edges

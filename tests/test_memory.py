@@ -51,9 +51,9 @@ def test_one_adam_step_is_exact() -> None:
     assert cur["activation"] == 0  # the graph is freed after backward
     assert set(mem.peak_by_category) == set(av.CATEGORIES)
     assert sum(mem.peak_by_category.values()) == mem.peak_bytes
-    assert mem.peak_bytes == max(s.total for s in mem.timeline)
+    assert mem.peak_bytes == max(s.total for s in mem.samples)
     for cat, top in mem.max_by_category.items():
-        assert top == max(s.bytes[cat] for s in mem.timeline)
+        assert top == max(s.bytes[cat] for s in mem.samples)
 
 
 def saved_storages(model: nn.Module, x: torch.Tensor) -> tuple[int, torch.Tensor]:
@@ -86,7 +86,7 @@ def test_activation_bytes_are_what_autograd_saves() -> None:
         out = model(x)
         saved_now = mem.current_by_category["activation"]
     assert saved_now == expected
-    forward_end = [s for s in mem.timeline if s.op == "forward end"][-1]
+    forward_end = [s for s in mem.samples if s.op == "forward end"][-1]
     assert forward_end.bytes["activation"] == expected
     del out
 
@@ -150,9 +150,19 @@ def block_of_each_sample(plain: av.MemoryRecord, ckpt: av.MemoryRecord,
     return plain_blocks, ckpt_blocks
 
 
-@pytest.mark.parametrize("second_backward", [False, True], ids=["fresh-grads", "accumulating"])
-@pytest.mark.parametrize("d, hidden, batch", [(32, 256, 64), (64, 64, 128), (32, 256, 8)])
-@pytest.mark.parametrize("n", [2, 4, 6])
+_GRID = [(n, shape, second) for n in (2, 4, 6)
+         for shape in ((32, 256, 64), (64, 64, 128), (32, 256, 8)) for second in (False, True)]
+# Four cases in the fast tier: both grad states, the fewest and the most blocks, all shapes.
+_FAST = {(2, (32, 256, 64), False), (4, (64, 64, 128), True), (6, (32, 256, 8), False),
+         (6, (32, 256, 64), True)}
+
+
+@pytest.mark.parametrize("n, d, hidden, batch, second_backward", [
+    pytest.param(n, *shape, second,
+                 id=f"{n}-{'-'.join(map(str, shape))}-{'accumulating' if second else 'fresh-grads'}",
+                 marks=() if (n, shape, second) in _FAST else pytest.mark.slow)
+    for n, shape, second in _GRID
+])
 def test_checkpoint_saves_the_predicted_bytes(n: int, d: int, hidden: int, batch: int,
                                               second_backward: bool) -> None:
     torch.manual_seed(0)
@@ -179,9 +189,9 @@ def test_checkpoint_saves_the_predicted_bytes(n: int, d: int, hidden: int, batch
         with av.track_memory(model) as mem:
             loss = model(x).square().sum()
             loss.backward()
-        ends[name] = [s for s in mem.timeline if s.op == "forward end"][0].total
+        ends[name] = [s for s in mem.samples if s.op == "forward end"][0].total
         peaks[name] = mem.peak_bytes
-        records[name] = mem.record()
+        records[name] = mem
     # At the end of the forward pass every block has finished and none has been freed.
     assert ends["plain"] - ends["ckpt"] == sum(saved)
 
@@ -227,9 +237,9 @@ def test_zero_grad_set_to_none_drops_gradients() -> None:
         assert mem.current_by_category["gradient"] == 4 * n_params(model)
         opt.zero_grad(set_to_none=True)
         assert mem.current_by_category["gradient"] == 0
-    phases = {s.phase for s in mem.timeline}
+    phases = {s.phase for s in mem.samples}
     assert {"forward", "backward", "zero_grad"} <= phases
-    assert mem.timeline[-2].phase == "zero_grad" and mem.timeline[-2].bytes["gradient"] == 0
+    assert mem.samples[-2].phase == "zero_grad" and mem.samples[-2].bytes["gradient"] == 0
 
 
 def test_deleting_a_tensor_is_a_free() -> None:
@@ -260,10 +270,10 @@ def test_eight_micro_batches(zero_between: bool) -> None:
                 opt.zero_grad()
                 assert mem.current_by_category["gradient"] == 0
         opt.step()
-    assert sum(s.op == "backward end" for s in mem.timeline) == 8
-    assert sum(s.op == "forward end" for s in mem.timeline) == 8
+    assert sum(s.op == "backward end" for s in mem.samples) == 8
+    assert sum(s.op == "forward end" for s in mem.samples) == 8
     assert mem.max_by_category["gradient"] == 4 * n  # accumulation is in place: no growth
-    assert mem.timeline[-1].optimizer_steps == 1
+    assert mem.samples[-1].optimizer_steps == 1
 
 
 def test_tracking_does_not_change_training() -> None:
@@ -275,15 +285,11 @@ def test_tracking_does_not_change_training() -> None:
         model = copy.deepcopy(base)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         data = torch.randn(20, 8, 16)
-        ctx = av.track_memory(model, opt) if tracked else None
-        if ctx:
-            ctx.__enter__()
-        for x in data:
-            opt.zero_grad()
-            model(x).square().mean().backward()
-            opt.step()
-        if ctx:
-            ctx.__exit__(None, None, None)
+        with av.track_memory(model, opt) if tracked else contextlib.nullcontext():
+            for x in data:
+                opt.zero_grad()
+                model(x).square().mean().backward()
+                opt.step()
         runs.append(model)
     for a, b in zip(runs[0].parameters(), runs[1].parameters()):
         assert torch.equal(a, b)
@@ -336,15 +342,13 @@ def test_peak_matches_the_profiler(arch: str) -> None:
         step()
     # x and y existed before tracking: the profiler calls them pre-existing, we count them
     # when first seen (as input, and when cross_entropy saves y).
-    ours = mem.peak_bytes - mem.timeline[0].total - x.nbytes - y.nbytes
+    ours = mem.peak_bytes - mem.samples[0].total - x.nbytes - y.nbytes
     # The profiler also sees the 0-dim scalars C++ makes from Python numbers inside ops
     # (4-8 bytes each, never tensors the dispatcher hands out); a couple overlap the peak.
     assert 0 <= prof_peak - ours <= 16, (prof_peak, ours)
 
 
-def test_plot_and_compare() -> None:
-    from matplotlib.figure import Figure
-
+def _two_runs() -> dict[str, av.MemoryRecord]:
     torch.manual_seed(0)
     runs = {}
     for name, batch in (("small", 4), ("large", 64)):
@@ -352,20 +356,73 @@ def test_plot_and_compare() -> None:
         with av.track_memory(model) as mem:
             model(torch.randn(batch, 32)).sum().backward()
         runs[name] = mem
+    return runs
+
+
+def test_plot_and_compare() -> None:
+    from matplotlib.figure import Figure
+
+    runs = _two_runs()
     fig = runs["large"].plot(title="t")
     assert isinstance(fig, Figure)
     ax = fig.axes[0]
-    assert ax.get_ylabel() == "live memory (MiB)" and ax.get_title() == "t"
-    assert any("peak" in t.get_text() and "MiB" in t.get_text() for t in ax.texts)
+    # The axis unit and the peak note agree with the package's one byte formatter.
+    peak_text = av.records.format_bytes(runs["large"].peak_bytes)
+    assert ax.get_ylabel() == f"live memory ({peak_text.split()[1]})" and ax.get_title() == "t"
+    assert any(f"peak {peak_text}" in t.get_text() for t in ax.texts)
     both = av.compare_memory(runs)
     assert len(both.axes) == 2 and both.axes[0].get_ylim() == both.axes[1].get_ylim()
-    assert [a.get_title() for a in av.compare_memory([runs["small"], runs["large"]], titles=["a", "b"]).axes] == ["a", "b"]
-    with pytest.raises(ValueError, match="two or more"):
-        av.compare_memory([runs["small"]])
-    with pytest.raises(ValueError, match="one title per run"):
-        av.compare_memory(runs, titles=["x"])
-    with pytest.raises(TypeError, match="MemoryTracker"):
-        av.compare_memory([runs["small"], 3])
+    titled = av.compare_memory([runs["small"], runs["large"]], titles=["a", "b"])
+    assert [a.get_title() for a in titled.axes] == ["a", "b"]
+
+
+def test_plot_is_readable_and_the_legend_hides_no_data() -> None:
+    # A late peak (the optimizer step) sits in the upper right, where the legend used to be.
+    torch.manual_seed(0)
+    model = mlp(32, 256, 8)
+    opt = torch.optim.Adam(model.parameters())
+    with av.track_memory(model, opt) as mem:
+        model(torch.randn(16, 32)).sum().backward()
+        opt.step()
+    figs = [mem.plot(), av.compare_memory({"a": mem, "b": mem})]
+    for fig in figs:
+        assert fig.get_dpi() >= 110
+        fig.draw_without_rendering()  # lay out (constrained layout runs at draw time)
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        assert len(legends) == 1
+        box = legends[0].get_window_extent()
+        for ax in fig.axes:
+            assert not box.overlaps(ax.get_window_extent())  # the axes' data area
+            assert fig.bbox.contains(box.x1 - 1, box.y0 + 1)  # and it is not cut off
+        texts = [t for ax in fig.axes for t in (*ax.texts, ax.xaxis.label, ax.yaxis.label,
+                                                 *ax.get_xticklabels(), *ax.get_yticklabels())]
+        texts += legends[0].get_texts()
+        assert min(t.get_fontsize() for t in texts) >= 9
+
+
+def test_a_record_is_drawn_without_torch(tmp_path) -> None:  # noqa: ANN001
+    # The records and their matplotlib view need no torch: a pickled record draws in a
+    # process where torch was never imported (the package __init__ is bypassed).
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "rec.pickle").write_bytes(pickle.dumps(_two_runs()["large"]))
+    pkg = Path(av.__file__).parent
+    code = f"""
+import pickle, sys, types
+pkg = types.ModuleType("autogradviz")
+pkg.__path__ = [{str(pkg)!r}]
+sys.modules["autogradviz"] = pkg
+rec = pickle.loads(open({str(tmp_path / "rec.pickle")!r}, "rb").read())
+fig = rec.plot()
+assert "torch" not in sys.modules, sorted(m for m in sys.modules if m.startswith("torch"))
+print(type(rec).__name__, rec.peak_bytes, len(fig.axes))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["MemoryRecord", str(_two_runs()["large"].peak_bytes), "1"]
 
 
 def test_estimate_memory_on_meta() -> None:
@@ -376,7 +433,7 @@ def test_estimate_memory_on_meta() -> None:
 
     est = av.estimate_memory(build, torch.randn(8, d), optimizer=lambda ps: torch.optim.AdamW(ps), steps=2)
     n = layers * d * d
-    assert est.device == torch.device("meta")
+    assert isinstance(est, av.MemoryRecord) and est.device == "meta"
     assert est.peak_by_category["parameter"] == 4 * n
     assert est.max_by_category["gradient"] == 4 * n
     # AdamW's step counters are CPU tensors even for meta parameters; only meta bytes count.
@@ -384,7 +441,7 @@ def test_estimate_memory_on_meta() -> None:
     # Each Linear saves its input; the first one's is the model input, counted as "input".
     assert est.max_by_category["activation"] == 4 * 8 * d * (layers - 1)
     assert est.max_by_category["input"] == 4 * 8 * d
-    assert est.timeline[-1].optimizer_steps == 2
+    assert est.samples[-1].optimizer_steps == 2
 
     real = build()
     opt = torch.optim.AdamW(real.parameters())
@@ -399,35 +456,104 @@ def test_estimate_memory_on_meta() -> None:
     assert est.peak_bytes == mem.peak_bytes - steps
     # The same ops allocate in the same order; the real run has one extra sample where the
     # step counters were first counted.
-    assert [s.op for s in est.timeline] == [s.op for s in mem.timeline if s.op != "optimizer state"]
+    assert [s.op for s in est.samples] == [s.op for s in mem.samples if s.op != "optimizer state"]
 
 
-def test_bad_input_is_explained() -> None:
-    with pytest.raises(TypeError, match="nn.Module"):
-        av.track_memory(model="model")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="Optimizer"):
-        av.track_memory(optimizer=[1])  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="cuda_history"):
-        av.track_memory(nn.Linear(2, 2), cuda_history=True)
-    with pytest.raises(TypeError, match="device"):
-        av.track_memory(device=3.5)  # type: ignore[arg-type]
-    with pytest.raises(RuntimeError, match="cuda_history=True"):
-        with av.track_memory() as mem:
-            pass
-        mem.save_snapshot("x.pickle")
-    with pytest.raises(TypeError, match="factory"):
-        model = nn.Linear(2, 2)
-        av.estimate_memory(lambda: model, torch.randn(1, 2), optimizer=torch.optim.SGD(model.parameters()))
-    with pytest.raises(TypeError, match="step_fn"):
-        av.estimate_memory(lambda: nn.LSTM(2, 2), torch.randn(1, 2, 2))
-    with pytest.raises(ValueError, match="steps"):
-        av.estimate_memory(lambda: nn.Linear(2, 2), torch.randn(1, 2), steps=0)
-    tracker = av.track_memory()
-    with tracker:
+def _used_once() -> None:
+    ctx = av.track_memory()
+    with ctx:
         pass
-    with pytest.raises(RuntimeError, match="one with-block"):
-        with tracker:
-            pass
+    with ctx:
+        pass
+
+
+def _snapshot_without_history() -> None:
+    with av.track_memory() as mem:
+        pass
+    mem.save_snapshot("x.pickle")
+
+
+_LINEAR = nn.Linear(2, 2)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    pytest.param(lambda: av.track_memory(model="model"), TypeError, "nn.Module", id="model"),
+    pytest.param(lambda: av.track_memory(optimizer=[1]), TypeError, "Optimizer", id="optimizer"),
+    pytest.param(lambda: av.track_memory(nn.Linear(2, 2), cuda_history=True), ValueError,
+                 "cuda_history", id="cuda-history-off-cuda"),
+    pytest.param(lambda: av.track_memory(device=3.5), TypeError, "device", id="device-type"),
+    pytest.param(_snapshot_without_history, RuntimeError, "cuda_history=True", id="snapshot"),
+    pytest.param(_used_once, RuntimeError, "one with-block", id="reused"),
+    pytest.param(lambda: av.compare_memory([_two_runs()["small"]]), ValueError, "two or more",
+                 id="compare-one"),
+    pytest.param(lambda: av.compare_memory(_two_runs(), titles=["x"]), ValueError,
+                 "one title per run", id="compare-titles"),
+    pytest.param(lambda: av.compare_memory([_two_runs()["small"], 3]), TypeError,
+                 "MemoryRecord", id="compare-item"),
+    pytest.param(lambda: av.estimate_memory(lambda: _LINEAR, torch.randn(1, 2),
+                                            optimizer=torch.optim.SGD(_LINEAR.parameters())),
+                 TypeError, "factory", id="estimate-optimizer-instance"),
+    pytest.param(lambda: av.estimate_memory(lambda: nn.LSTM(2, 2), torch.randn(1, 2, 2)),
+                 TypeError, "step_fn", id="estimate-tuple-output"),
+    pytest.param(lambda: av.estimate_memory(lambda: nn.Linear(2, 2), torch.randn(1, 2), steps=0),
+                 ValueError, "steps", id="estimate-steps"),
+    # A module is callable, so it used to pass as a factory and fail inside forward().
+    pytest.param(lambda: av.estimate_memory(nn.Linear(3, 2), torch.randn(4, 3)), TypeError,
+                 r"factory such as lambda: Linear\(\.\.\.\).*built under torch.device\('meta'\)",
+                 id="estimate-module-instance"),
+])
+def test_bad_input_is_explained(call, error: type[Exception], match: str) -> None:  # noqa: ANN001
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_cuda_device_without_cuda_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a CPU-only build torch.cuda.current_device() fails with a bare AssertionError
+    # ("Torch not compiled with CUDA enabled"); the check comes first and says what to pass.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device in ("cuda", torch.device("cuda", 0)):
+        with pytest.raises(ValueError, match=r"device='cuda(:0)?' asks to track CUDA memory.*"
+                                             r"device='cpu'"):
+            av.track_memory(nn.Linear(3, 2), device=device)
+
+
+def test_bf16_autocast_saves_weight_copies_as_activation() -> None:
+    # Autocast casts each weight to bf16 per op and the op saves that copy for backward:
+    # new storages held by autograd, so activation goes UP next to float32.
+    torch.manual_seed(0)
+    model = mlp(64, 128, 8, depth=1)
+    x = torch.randn(8, 64)
+    weights = {p.shape for p in model.parameters() if p.dim() == 2}
+
+    def saved_by_autograd(autocast: bool) -> tuple[int, int]:
+        """Oracle: (bytes of the storages saved besides parameters and the input, bytes of
+        the bf16 copies of the weights among them)."""
+        held: dict[int, torch.Tensor] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            held.setdefault(storage_key(t), t.detach())
+            return t.detach()
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                model(x)
+        skip = {storage_key(p) for p in model.parameters()} | {storage_key(x)}
+        kept = [t for k, t in held.items() if k not in skip]
+        copies = [t for t in kept if t.dtype == torch.bfloat16 and t.shape in weights]
+        return sum(t.untyped_storage().nbytes() for t in kept), sum(t.nbytes for t in copies)
+
+    act = {}
+    for autocast in (False, True):
+        with av.track_memory(model) as mem:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                out = model(x)
+            act[autocast] = mem.current_by_category["activation"]
+        del out
+        expected, copies = saved_by_autograd(autocast)
+        assert act[autocast] == expected
+        assert (copies > 0) == autocast
+    _, copies = saved_by_autograd(True)
+    assert act[True] > act[False] and act[True] - copies < act[False]
 
 
 # --- saved-tensor hook pairs inside (or around) the tracker ------------------------------------
@@ -454,7 +580,7 @@ class ProbedBlock(Block):
     def __init__(self, d: int, hidden: int) -> None:
         super().__init__(d, hidden)
         self.readings: list[int] = []
-        self.mem: list[av.MemoryTracker] = []  # the tracker to read, once there is one
+        self.mem: list[av.MemoryRecord] = []  # the record to read, once there is one
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.down(_Probe.apply(torch.tanh(self.up(x)), self.readings, self.mem))
@@ -493,7 +619,7 @@ def test_recomputed_tensors_are_activations(n: int) -> None:
         # Read once per block, last block first; nothing stays labelled once backward is done.
         readings[ckpt] = [r for b in reversed(model.blocks) for r in b.readings]
         assert len(readings[ckpt]) == n and end == 0
-        assert mem.timeline[-2].op == "backward end" and mem.timeline[-2].bytes["activation"] == 0
+        assert mem.samples[-2].op == "backward end" and mem.samples[-2].bytes["activation"] == 0
 
     # At block k's reading its recomputed tensors are held for backward (by the checkpoint frame
     # until unpacked, then by the node), so a checkpointed run holds them plus the inputs the
@@ -570,20 +696,19 @@ def test_checkpoint_and_offload_leave_results_bit_identical() -> None:
     for tracked in (False, True):
         model = copy.deepcopy(base)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        ctx = av.track_memory(model, opt) if tracked else None
-        if ctx:
-            ctx.__enter__()
-        torch.manual_seed(3)
-        for i in range(3):
-            opt.zero_grad()
-            with torch.autograd.graph.save_on_cpu(device_type="cpu") if i == 1 else contextlib.nullcontext():
-                loss = model(x).square().mean()
-            loss.backward()
-            grads.append([p.grad.clone() for p in model.parameters()])
-            opt.step()
-        if ctx:
-            ctx.__exit__(None, None, None)
-            assert ctx.max_by_category["activation"] > 0
+        with av.track_memory(model, opt) if tracked else contextlib.nullcontext() as mem:
+            torch.manual_seed(3)
+            for i in range(3):
+                opt.zero_grad()
+                offload = i == 1
+                with (torch.autograd.graph.save_on_cpu(device_type="cpu") if offload
+                      else contextlib.nullcontext()):
+                    loss = model(x).square().mean()
+                loss.backward()
+                grads.append([p.grad.clone() for p in model.parameters()])
+                opt.step()
+        if tracked:
+            assert mem.max_by_category["activation"] > 0
     n = len(grads) // 2
     for g_plain, g_tracked in zip(grads[:n], grads[n:]):
         assert all(torch.equal(a, b) for a, b in zip(g_plain, g_tracked))
