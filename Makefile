@@ -51,10 +51,11 @@ execute: setup
 	@test -n "$(NB)" || { echo "usage: make execute NB=notebooks/<chapter>.ipynb"; exit 2; }
 	$(PY) scripts/execute_notebook.py $(NB)
 
-# torchviz is installed only here (the `bench` extra): the package never imports it.
+# torchviz and torchview are installed only here (the `bench` extra): the package never imports them.
 bench: setup
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[bench]'
 	$(PY) benchmarks/graph_scale.py
+	$(PY) benchmarks/module_view.py
 	$(PY) benchmarks/memory_overhead.py
 
 # The package against another torch (make compat TORCH=2.14.1): a second venv, the unit

@@ -2,9 +2,10 @@
 
 Usage::
 
-    g = autogradviz.trace_modules(model, x)          # runs model(x) once
-    g.calls[1].name, g.calls[1].outputs[0].shape     # ("0", (64, 128))
-    g.svg()                                          # repeated calls rolled up
+    model = nn.Sequential(nn.Linear(16, 128), nn.ReLU(), nn.Linear(128, 10))
+    g = trace_modules(model, torch.randn(64, 16))     # runs model(x) once
+    g.calls[1].name, g.calls[1].outputs[0].shape      # ("0", (64, 128)); call 0 is the model
+    g.svg()                                           # repeated calls rolled up
 
 How: a forward pre-hook and a forward hook on every submodule (down to `depth`)
 record each CALL in start order, with its inputs and outputs found by
@@ -226,7 +227,8 @@ def trace_modules(model: nn.Module, *args: Any, depth: int | None = None, grad: 
     `depth` limits which modules are recorded: 1 records the model's children only,
     2 their children too, None (the default) every submodule. A module at the limit
     is one box; what runs inside it is folded into it. The model runs under
-    ``torch.no_grad()`` unless `grad` is True (see the module docstring).
+    ``torch.no_grad()`` unless `grad` is True (see the module docstring). Other keyword
+    arguments go to the model; one named `depth` or `grad` needs a wrapper module.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(
@@ -248,8 +250,8 @@ def trace_modules(model: nn.Module, *args: Any, depth: int | None = None, grad: 
         if depth is None or level <= depth:
             modules[name] = mod
     names = {id(m): n for n, m in modules.items()}
-    leaves = {id(m) for m in modules.values()
-              if not any(id(c) in names for c in m.modules() if c is not m)}
+    parents = {n.rpartition(".")[0] for n in modules if n}  # "" is the model itself
+    leaves = {id(m) for n, m in modules.items() if n not in parents}
     rec = _Recorder(leaves, names, _param_info(model, modules))
     for k, (_, t) in enumerate(inputs):
         if rec.tags.get(t) is None:  # one tensor passed twice is tagged by its first place

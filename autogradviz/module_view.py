@@ -26,7 +26,7 @@ from typing import Any
 
 from .records import ModuleCall, ModuleGraph, OpCall, TensorMeta
 
-__all__ = ["to_dot", "render_svg", "DIRECTIONS"]
+__all__ = ["to_dot", "render_svg", "drawn_nodes", "DIRECTIONS"]
 
 #: Graphviz rank directions accepted by `to_dot`.
 DIRECTIONS = ("TB", "LR", "BT", "RL")

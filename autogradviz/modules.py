@@ -66,10 +66,16 @@ def record_modules(model: torch.nn.Module) -> Iterator[ModuleRecord]:
         return torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
 
     def pre(mod: torch.nn.Module, args: Any) -> None:
+        # Inside code torch.compile traces, the hooks do nothing: Dynamo would trace
+        # them into the compiled graph (graph breaks on every grad_fn access).
+        if torch.compiler.is_compiling():
+            return
         marks.append(_sequence_mark() if recording() else None)
 
     def post(path: str):
         def hook(mod: torch.nn.Module, args: Any, output: Any) -> None:
+            if torch.compiler.is_compiling():
+                return
             mark = marks.pop() if marks else None
             if mark is None:
                 return

@@ -604,6 +604,7 @@ def named_params(
 
 
 def check_targets(model: Any, optimizer: Any) -> None:
+    """Raise a TypeError naming the argument when ``model``/``optimizer`` has the wrong type."""
     if model is not None and not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
@@ -622,14 +623,13 @@ class TrainingHooks:
 
     def __init__(self, listener: Any, model: nn.Module | None,
                  optimizer: torch.optim.Optimizer | None,
-                 params: list[tuple[str, nn.Parameter]] | None = None) -> None:
-        """``params``: `named_params` of ``model``/``optimizer`` when the caller
-        already has them (saves walking the module tree again)."""
-        check_targets(model, optimizer)
+                 params: list[tuple[str, nn.Parameter]]) -> None:
+        """``params``: `named_params` of ``model``/``optimizer``, which the caller has
+        already walked (and checked with `check_targets`)."""
         self.listener = listener
         self.model = model
         self.optimizer = optimizer
-        self.params = named_params(model, optimizer) if params is None else params
+        self.params = params
         self._handles: list[Any] = []
         self._wrapped: list[tuple[Any, bool, Any]] = []
 
@@ -708,6 +708,7 @@ def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 
 
 def model_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """Parameters and buffers: what the tracker counts as "parameter" from the start."""
     return [*model.parameters(), *model.buffers()]
 
 

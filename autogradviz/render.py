@@ -395,11 +395,15 @@ def _run_dot(exe: str, dot: str, fmt: str, timeout: float) -> bytes:
     return proc.stdout
 
 
+def _short(name: str, limit: int = 60) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
 def summary_dot(graph: Graph, note: str) -> str:
     """A small stand-in drawing: Node counts by name, for graphs too big to lay out."""
     counts = Counter(n.name for n in graph.nodes if n.kind == "function")
     rows = "".join(
-        f"<tr><td align='left'>{_html.escape(k)}</td><td align='right'>{v}</td></tr>"
+        f"<tr><td align='left'>{_html.escape(_short(k))}</td><td align='right'>{v}</td></tr>"
         for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:25]
     )
     head = _html.escape(f"{graph.caption()}; {note}")

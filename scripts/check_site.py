@@ -10,12 +10,20 @@ case every request to another host is blocked and reported. It checks:
 
 - front page and every chapter page: MathJax typeset the math (no raw TeX left), no failed or
   off-site request, no script error; chapter pages show at least one figure (<img> or <svg>);
-- the question index: it lists every question of book/questions.yml, and each link's anchor
-  exists in the target page;
-- search: a word from the front page finds it, a made-up word finds nothing.
+- every chapter page, at a 1400 px window: no figure shown at less than 60% of its natural
+  width; every image has alt text that is not a file name; each "Q<n>." section holds at least
+  two callouts; hidden answers are there and closed (recall-quiz <details>, solution cells
+  collapsed); code lines that scroll sideways are counted (reported, not failed);
+- at a 390 px (phone) window, the navigation button opens the sidebar;
+- the question index: it lists every question of book/questions.yml, each link's anchor exists
+  in the target page, and questions still to come are greyed out;
+- the revision sheet lists every question whose chapter is written;
+- search: a word from the front page finds it, a made-up word finds nothing, and a word found
+  only in the body of a chapter's Q3 (or its last question) lands on that question's section.
 
-Screenshots of the front page and chapter 1 go to _build/screenshots/. Exits non-zero with
-the list of problems if anything fails.
+Screenshots at 1400 px (desktop) and 390 px (phone) of the front page, chapter 1 and the
+revision sheet go to _build/screenshots/. Exits non-zero with the list of problems if anything
+fails.
 """
 from __future__ import annotations
 
@@ -47,6 +55,10 @@ CHROMIUM_FLAGS = [
 UNSHARED_ENV = "CHECK_SITE_IN_NETNS"
 SEARCH_MISS = "qzxjvwkplorbtemu"  # a word no page contains: search must come back empty
 MATHJAX_TIMEOUT_MS = 15_000
+DESKTOP = {"width": 1400, "height": 900}
+PHONE = {"width": 390, "height": 844}
+MIN_FIGURE_SCALE = 0.6  # a figure shown smaller than this share of its natural width is unreadable
+MIN_CALLOUTS = 2  # per question: the short answer and the common wrong answer
 
 
 @dataclass
@@ -143,12 +155,97 @@ def _check_content_page(page, url: str, name: str, report: SiteReport, needs_fig
     page.wait_for_load_state("networkidle")
 
 
+_CHAPTER_JS = r"""(minScale) => {
+  const art = document.querySelector('article');
+  const imgs = [...art.querySelectorAll('.cell_output img')].filter(i => i.naturalWidth > 0);
+  const small = imgs.map(i => ({src: i.getAttribute('src'), shown: Math.round(i.getBoundingClientRect().width),
+                                natural: i.naturalWidth}))
+                    .filter(f => f.shown < minScale * f.natural);
+  const badAlt = [...art.querySelectorAll('img')].map(i => i.getAttribute('alt') || '')
+                    .filter(a => !a.trim() || /_images\/|\.(png|svg|jpe?g)$|[0-9a-f]{32}/i.test(a));
+  const questions = [...art.querySelectorAll('section')]
+    .map(sec => ({sec, h: sec.querySelector(':scope > h2, :scope > h1')}))
+    .filter(x => x.h && /^\s*Q\d+\./.test(x.h.textContent))
+    .map(x => ({q: x.h.textContent.match(/Q(\d+)\./)[1], callouts: x.sec.querySelectorAll('div.admonition').length}));
+  const quiz = [...art.querySelectorAll('details')].filter(d => !d.closest('.cell'));
+  const solutions = [...art.querySelectorAll('.cell.tag_solution')];
+  const collapsed = solutions.filter(c => { const d = c.querySelector('details'); return d && !d.open
+                                            && d.contains(c.querySelector('.cell_input')); });
+  const pres = [...art.querySelectorAll('.cell_input pre, div.highlight pre')];
+  const wide = pres.filter(p => p.scrollWidth > p.clientWidth + 1).length;
+  return {small, badAlt, questions, quiz: quiz.length, quizOpen: quiz.filter(d => d.open).length,
+          solutions: solutions.length, collapsed: collapsed.length, wideCode: wide, codeBlocks: pres.length};
+}"""
+
+
+def _check_chapter_layout(page, name: str, report: SiteReport) -> str:
+    """The chapter-standard checks on a chapter page at desktop width; returns a summary."""
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('article .cell_output img')].every(i => i.complete)", timeout=10_000
+    )
+    r = page.evaluate(_CHAPTER_JS, MIN_FIGURE_SCALE)
+    for f in r["small"]:
+        report.problems.append(
+            f"{name}: figure {f['src']} shown at {f['shown']} px of its {f['natural']} px "
+            f"(< {MIN_FIGURE_SCALE:.0%}) at a {DESKTOP['width']} px window"
+        )
+    if r["badAlt"]:
+        report.problems.append(
+            f"{name}: {len(r['badAlt'])} image(s) without meaningful alt text (e.g. {r['badAlt'][0]!r}); "
+            "put a '*Figure: ...*' line in the markdown cell after the figure"
+        )
+    if not r["questions"]:
+        report.problems.append(f"{name}: no 'Q<n>.' question section")
+    for q in r["questions"]:
+        if q["callouts"] < MIN_CALLOUTS:
+            report.problems.append(
+                f"{name}: Q{q['q']} has {q['callouts']} callout(s); expected the short answer and the "
+                "common wrong answer (docs/chapter-markup.md)"
+            )
+    if r["quiz"] == 0:
+        report.problems.append(f"{name}: no hidden recall-quiz answers (<details>)")
+    if r["quizOpen"]:
+        report.problems.append(f"{name}: {r['quizOpen']} quiz answer(s) open by default")
+    if r["solutions"] == 0:
+        report.problems.append(f"{name}: no solution cell (tagged 'solution')")
+    elif r["collapsed"] != r["solutions"]:
+        report.problems.append(
+            f"{name}: {r['solutions'] - r['collapsed']} of {r['solutions']} solution cells are not collapsed "
+            "(tag them 'hide-input')"
+        )
+    return (
+        f"{len(r['questions'])} questions, {r['quiz']} quiz answers, {r['collapsed']}/{r['solutions']} "
+        f"solutions hidden, {r['wideCode']}/{r['codeBlocks']} code blocks scroll sideways"
+    )
+
+
+def _check_phone_navigation(page, url: str, name: str, report: SiteReport) -> bool:
+    """At phone width the primary sidebar is off-screen until the menu button opens it."""
+    page.set_viewport_size(PHONE)
+    page.goto(url, wait_until="load")
+    visible = """() => [...document.querySelectorAll('.bd-sidebar-primary')].some(e => {
+        const r = e.getBoundingClientRect();
+        return e.checkVisibility() && r.width > 100 && r.left >= 0 && r.left < window.innerWidth; })"""
+    opened = False
+    try:
+        if page.evaluate(visible):
+            report.problems.append(f"{name}: at {PHONE['width']} px the sidebar shows before the menu is opened")
+        page.locator("button.primary-toggle:visible").first.click(timeout=3_000)
+        page.wait_for_function(visible, timeout=3_000)
+        opened = True
+    except Exception:  # noqa: BLE001 - Playwright's timeout type varies by version; the report says what failed
+        report.problems.append(f"{name}: at {PHONE['width']} px the navigation button does not open the sidebar")
+    page.keyboard.press("Escape")
+    page.set_viewport_size(DESKTOP)
+    return opened
+
+
 def _page_ids(page, url: str) -> set[str]:
     page.goto(url, wait_until="domcontentloaded")
     return set(page.evaluate("() => [...document.querySelectorAll('[id]')].map(e => e.id)"))
 
 
-def _check_question_index(page, base: str, report: SiteReport) -> None:
+def _check_question_index(page, base: str, report: SiteReport) -> set[int]:
     sys.path.insert(0, str(REPO / "scripts"))
     from build_site import QUESTIONS_YML, load_questions
 
@@ -165,6 +262,19 @@ def _check_question_index(page, base: str, report: SiteReport) -> None:
         report.problems.append(f"questions: {len(items)} listed, book/questions.yml has {len(questions)}")
     ids_cache: dict[str, set[str]] = {}
     linked = coming = 0
+    written: set[int] = set()
+    greyed = page.evaluate(
+        """() => {
+          const li = [...document.querySelectorAll('article ol > li')];
+          const soon = li.find(l => !l.querySelector('a[href]'));
+          const done = li.find(l => l.querySelector('a[href]'));
+          if (!soon || !done) return null;
+          const colour = e => getComputedStyle(e.querySelector('p') || e).color;
+          return colour(soon) !== colour(done);
+        }"""
+    )
+    if greyed is False:
+        report.problems.append("questions: questions still to come are not greyed out (book/_static/book.css)")
     for q, item in zip(questions, items):
         if q.text[:40] not in item["text"]:
             report.problems.append(f"questions: item {q.number} reads {item['text'][:60]!r}, expected Q{q.number}")
@@ -182,7 +292,21 @@ def _check_question_index(page, base: str, report: SiteReport) -> None:
         if anchor not in ids_cache[target]:
             report.problems.append(f"questions: Q{q.number} links to #{anchor}, which {target} does not have")
         linked += 1
+        written.add(q.number)
     report.pages["book/questions.html"] = f"{len(items)} questions, {linked} linked, {coming} coming"
+    return written
+
+
+def _check_revision_sheet(page, base: str, written: set[int], report: SiteReport) -> None:
+    page.goto(urljoin(base, "book/revision.html"), wait_until="load")
+    listed = page.evaluate(
+        """() => [...document.querySelectorAll('article h3')]
+                 .map(h => (h.textContent.match(/^\\s*Q(\\d+)\\./) || [])[1]).filter(Boolean).map(Number)"""
+    )
+    missing = sorted(written - set(listed))
+    if missing:
+        report.problems.append(f"revision sheet: written questions missing: {['Q%d' % n for n in missing]}")
+    report.pages["book/revision.html"] = f"{len(listed)} questions of {len(written)} written"
 
 
 def _search_hits(page, base: str, word: str) -> list[str]:
@@ -192,7 +316,51 @@ def _search_hits(page, base: str, word: str) -> list[str]:
     return page.evaluate("() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)")
 
 
-def _check_search(page, base: str, report: SiteReport) -> None:
+# A word of the chosen question's own prose that appears nowhere else on its page, and the
+# ids (the "q<n>" anchor and the section's id) a search hit for it may land on.
+_QUESTION_WORD_JS = """(wanted) => {
+  const secs = [...document.querySelectorAll('article section')]
+    .map(sec => ({sec, h: sec.querySelector(':scope > h2, :scope > h1')}))
+    .filter(x => x.h && /^\\s*Q\\d+\\./.test(x.h.textContent));
+  if (secs.length < 2) return null;
+  const pick = secs.find(x => x.h.textContent.trim().startsWith('Q' + wanted + '.')) || secs[secs.length - 1];
+  const prose = el => [...el.querySelectorAll('p, li')].filter(p => !p.closest('.cell, .admonition, details'))
+    .map(p => { const c = p.cloneNode(true); c.querySelectorAll('code, mjx-container, a').forEach(e => e.remove());
+                return c.textContent; }).join(' ');
+  const page = document.querySelector('article').textContent.toLowerCase();
+  const words = prose(pick.sec).split(/[^A-Za-z]+/).filter(w => w.length >= 7).map(w => w.toLowerCase());
+  const unique = words.find(w => page.indexOf(w) === page.lastIndexOf(w));
+  if (!unique) return null;
+  const n = pick.h.textContent.match(/Q(\\d+)\\./)[1];
+  return {word: unique, q: n, ids: ['q' + n, pick.sec.id]};
+}"""
+
+
+def _check_search_lands_on_question(page, base: str, chapter_url: str, report: SiteReport) -> str:
+    page.goto(chapter_url, wait_until="load")
+    target = page.evaluate(_QUESTION_WORD_JS, 3)
+    if target is None:
+        return "no word unique to one question"
+    hits = _search_hits(page, base, target["word"])
+    page.wait_for_function(
+        "() => ![...document.querySelectorAll('#search-results ul.search li a')]"
+        ".some(a => a.dataset.bookRetarget === 'pending')",
+        timeout=5_000,
+    )
+    hits = page.evaluate("() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)")
+    page_path = urlparse(chapter_url).path
+    on_page = [h for h in hits if urlparse(h).path == page_path]
+    if not on_page:
+        report.problems.append(f"search: {target['word']!r} (in Q{target['q']}) did not find {page_path}")
+    elif not any(urldefrag(h)[1] in target["ids"] for h in on_page):
+        report.problems.append(
+            f"search: the hit for {target['word']!r} goes to {on_page[0]}, not to Q{target['q']}'s section "
+            f"(#{target['ids'][0]} or #{target['ids'][1]})"
+        )
+    return f"{target['word']!r} (Q{target['q']}) -> {', '.join(urlparse(h).fragment or '(top)' for h in on_page)}"
+
+
+def _check_search(page, base: str, report: SiteReport, chapter_url: str | None = None) -> None:
     word = "Jacobian"  # on the front page (book/intro.md)
     hits = _search_hits(page, base, word)
     if not any("intro.html" in h for h in hits):
@@ -200,7 +368,10 @@ def _check_search(page, base: str, report: SiteReport) -> None:
     misses = _search_hits(page, base, SEARCH_MISS)
     if misses:
         report.problems.append(f"search: a made-up word found {misses}: the search is not filtering")
-    report.pages["search.html"] = f"'{word}': {len(hits)} hits; made-up word: {len(misses)} hits"
+    summary = f"'{word}': {len(hits)} hits; made-up word: {len(misses)} hits"
+    if chapter_url is not None:
+        summary += "; " + _check_search_lands_on_question(page, base, chapter_url, report)
+    report.pages["search.html"] = summary
 
 
 def check_site(site: Path, shots: Path) -> SiteReport:
@@ -228,7 +399,7 @@ def check_site(site: Path, shots: Path) -> SiteReport:
         with tempfile.TemporaryDirectory(prefix="check-site-profile-") as profile, sync_playwright() as pw:
             context = pw.chromium.launch_persistent_context(
                 profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
-                viewport={"width": 1200, "height": 800}, service_workers="block",
+                viewport=DESKTOP, service_workers="block",
             )  # fmt: skip
             context.route("**/*", on_route)
             context.on("request", lambda r: report.requests.append(r.url))
@@ -248,18 +419,33 @@ def check_site(site: Path, shots: Path) -> SiteReport:
             page = context.pages[0] if context.pages else context.new_page()
             page.on("pageerror", lambda e: report.problems.append(f"script error on {page.url}: {e}"))
 
+            def shoot(label: str) -> None:
+                """Desktop and phone pictures of the current page, each loaded at its own size
+                (resized in place, the theme's sidebars are caught mid-transition)."""
+                for size, tag in ((DESKTOP, "desktop"), (PHONE, "phone")):
+                    page.set_viewport_size(size)
+                    if tag == "phone":
+                        page.reload(wait_until="load")
+                        _wait_for_mathjax(page)
+                    path = shots / f"{label}-{tag}.png"
+                    page.screenshot(path=str(path))
+                    report.screenshots.append(path)
+                page.set_viewport_size(DESKTOP)
+                page.reload(wait_until="load")
+
             # The site's index.html redirects to the front page; follow it as a reader would.
             page.goto(base, wait_until="load")
             page.wait_for_url(re.compile(r".*/intro\.html$"), timeout=10_000)
             front = page.url
             _check_content_page(page, front, "front page", report, needs_figure=False)
-            report.screenshots.append(shots / "front.png")
-            page.screenshot(path=str(shots / "front.png"))
+            shoot("front")
             for rel in chapters:
-                _check_content_page(page, urljoin(base, rel), rel, report, needs_figure=True)
+                url = urljoin(base, rel)
+                _check_content_page(page, url, rel, report, needs_figure=True)
+                summary = _check_chapter_layout(page, rel, report)
+                report.pages[rel] += "; " + summary
                 if rel == chapters[0]:
-                    report.screenshots.append(shots / "ch01.png")
-                    page.screenshot(path=str(shots / "ch01.png"))
+                    shoot("ch01")
                     # Centre the first real figure (not an icon) for a picture of the chapter at work.
                     found = page.evaluate(
                         """() => {
@@ -272,8 +458,18 @@ def check_site(site: Path, shots: Path) -> SiteReport:
                     if found:
                         report.screenshots.append(shots / "ch01-figure.png")
                         page.screenshot(path=str(shots / "ch01-figure.png"))
-            _check_question_index(page, base, report)
-            _check_search(page, base, report)
+                    if _check_phone_navigation(page, url, rel, report):
+                        page.set_viewport_size(PHONE)
+                        page.goto(url, wait_until="load")
+                        page.locator("button.primary-toggle:visible").first.click(timeout=3_000)
+                        page.wait_for_timeout(300)  # the dialog's slide-in
+                        report.screenshots.append(shots / "ch01-phone-menu.png")
+                        page.screenshot(path=str(shots / "ch01-phone-menu.png"))
+                        page.set_viewport_size(DESKTOP)
+            written = _check_question_index(page, base, report)
+            _check_revision_sheet(page, base, written, report)
+            shoot("revision")
+            _check_search(page, base, report, urljoin(base, chapters[0]) if chapters else None)
             context.close()
     finally:
         server.shutdown()

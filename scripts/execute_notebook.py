@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["clean_notebook", "execute_notebook", "main"]
+__all__ = ["clean_notebook", "execute_notebook", "merge_streams", "main"]
 
 KERNEL_NAME = "python3"
 # The kernelspec every notebook is stored with; scripts/setup.sh points "python3" at the venv.
@@ -28,8 +28,30 @@ KEPT_NB_METADATA = ("kernelspec", "language_info")
 KEPT_CELL_METADATA = ("tags", "name")
 
 
+def merge_streams(outputs: list) -> list:
+    """Join consecutive stream outputs of the same stream (stdout, stderr) into one.
+
+    A kernel sends printed text in chunks as it flushes; stored as they came, one cell shows
+    several output boxes on the site, some of them empty-looking. nbval joins them the same
+    way before comparing, so merging changes nothing it checks.
+    """
+    merged: list = []
+    for out in outputs:
+        prev = merged[-1] if merged else None
+        if (
+            out.get("output_type") == "stream"
+            and prev is not None
+            and prev.get("output_type") == "stream"
+            and prev.get("name") == out.get("name")
+        ):
+            prev["text"] = prev["text"] + out["text"]
+        else:
+            merged.append(out)
+    return merged
+
+
 def clean_notebook(nb) -> None:
-    """Strip per-machine metadata and renumber code cells 1..N in place.
+    """Strip per-machine metadata, merge split stream outputs, renumber code cells 1..N in place.
 
     Empty code cells get no count and no outputs, which is what nbval and a fresh run expect.
     """
@@ -51,6 +73,7 @@ def clean_notebook(nb) -> None:
             continue
         count += 1
         cell.execution_count = count
+        cell.outputs = merge_streams(cell.outputs)
         for out in cell.outputs:
             if out.get("output_type") == "execute_result":
                 out["execution_count"] = count

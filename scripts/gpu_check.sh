@@ -37,12 +37,12 @@ print(f"{'category':<18}{'at peak MiB':>12}{'own max MiB':>12}")
 for cat in av.CATEGORIES:
     print(f"{cat:<18}{mem.peak_by_category[cat] / MiB:>12.1f}{mem.max_by_category[cat] / MiB:>12.1f}")
 print(f"{'ledger peak':<18}{mem.peak_bytes / MiB:>12.1f}")
-start = mem.timeline[0]
+start = mem.samples[0]
 print(f"{'max_allocated':<18}{torch.cuda.max_memory_allocated() / MiB:>12.1f}"
       f"  (ledger peak + allocator extra at start {(start.cuda_allocated - start.total) / MiB:.1f})")
 print("samples (index, phase, op, ledger MiB, memory_allocated MiB, memory_reserved MiB):")
-tl = mem.timeline
-for s in tl[:: max(1, len(tl) // 12)] + [tl[mem.record().peak_index]]:
+tl = mem.samples
+for s in [*tl[:: max(1, len(tl) // 12)], tl[mem.peak_index]]:
     print(f"  {s.index:>4} {s.phase:<9} {s.op:<28} {s.total / MiB:>9.1f} {s.cuda_allocated / MiB:>9.1f} "
           f"{s.cuda_reserved / MiB:>9.1f}")
 extra = [s.cuda_allocated - s.total for s in tl]

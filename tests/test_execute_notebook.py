@@ -71,3 +71,30 @@ def test_rejects_bad_paths(tmp_path: Path) -> None:
         ex.execute_notebook(tmp_path / "missing.ipynb")
     with pytest.raises(TypeError, match="pathlib.Path"):
         ex.execute_notebook("notebooks/01.ipynb")
+
+
+def test_split_stream_outputs_are_merged(tmp_path: Path) -> None:
+    """A cell that flushes stdout twice, with stderr between, is stored as the kernel ordered it,
+    each run of one stream joined into one output."""
+    path = tmp_path / "01_test.ipynb"
+    nb = new_notebook()
+    source = (
+        # The pause makes the kernel send 'a' and 'b' as two messages (checked: nbclient alone
+        # stores them as two outputs), so the test fails if the merge is dropped.
+        "import sys, time\n"
+        "print('a', flush=True)\ntime.sleep(0.2)\nprint('b', flush=True)\n"
+        "print('warn', file=sys.stderr, flush=True)\nprint('c', flush=True)"
+    )
+    nb.cells = [new_code_cell(source)]
+    nbformat.write(nb, path)
+    ex.execute_notebook(path)
+    outs = nbformat.read(path, as_version=4).cells[0].outputs
+    assert [(o.name, o.text) for o in outs] == [("stdout", "a\nb\n"), ("stderr", "warn\n"), ("stdout", "c\n")]
+
+
+def test_merge_streams_keeps_other_outputs_in_place() -> None:
+    outs = [new_output("stream", name="stdout", text="x\n"), new_output("stream", name="stdout", text="y\n"),
+            new_output("display_data", data={"text/plain": "fig"}), new_output("stream", name="stdout", text="z\n")]
+    merged = ex.merge_streams(outs)
+    assert [o.output_type for o in merged] == ["stream", "display_data", "stream"]
+    assert merged[0].text == "x\ny\n" and merged[2].text == "z\n"

@@ -1,9 +1,8 @@
-"""GradTrace against what torch's .grad actually holds."""
+"""trace_grads against what torch's .grad actually holds."""
 from __future__ import annotations
 
 import copy
 import json
-import os
 import socket
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ import torch
 from torch import nn
 
 import autogradviz as av
+from autogradviz.gradtrace import trace_grads
 
 
 def model_and_data(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -27,7 +27,7 @@ def test_micro_batches_build_the_big_batch_grad() -> None:
     nn.functional.mse_loss(big(x), y).backward()
 
     k = 4
-    with av.GradTrace(model) as trace:
+    with trace_grads(model) as trace:
         for xb, yb in zip(x.chunk(k), y.chunk(k)):
             (nn.functional.mse_loss(model(xb), yb) / k).backward()
     for a, b in zip(model.parameters(), big.parameters()):
@@ -48,7 +48,7 @@ def test_micro_batches_build_the_big_batch_grad() -> None:
 
 def test_forgotten_zero_grad_doubles_the_grad() -> None:
     model, x, y = model_and_data()
-    with av.GradTrace(model) as trace:
+    with trace_grads(model) as trace:
         nn.functional.mse_loss(model(x), y).backward()
         first = [p.grad.clone() for p in model.parameters()]
         nn.functional.mse_loss(model(x), y).backward()  # no zero_grad in between
@@ -62,7 +62,7 @@ def test_forgotten_zero_grad_doubles_the_grad() -> None:
 def test_zero_grad_and_step_events() -> None:
     model, x, y = model_and_data()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with av.GradTrace(model, opt) as trace:
+    with trace_grads(model, opt) as trace:
         model(x).sum().backward()
         opt.step()
         opt.zero_grad(set_to_none=False)
@@ -79,6 +79,8 @@ def test_zero_grad_and_step_events() -> None:
     cleared = [e for e in trace.events if e.kind == "zero_grad" and e.micro_step == 2]
     assert all(e.action == "set_to_none" and e.norm is None and e.nbytes == 0 for e in cleared)
     assert all(p.grad is None for p in model.parameters())
+    assert {e.kind for e in trace.events} <= set(av.records.GRAD_EVENT_KINDS)
+    assert {e.action for e in trace.events} == {*av.records.GRAD_ACTIONS, None}
     # Hooks and wrappers are gone after the block.
     assert "zero_grad" not in vars(opt) and "zero_grad" not in vars(model)
     model(x).sum().backward()
@@ -90,7 +92,7 @@ def test_plot_marks_the_events() -> None:
 
     model, x, y = model_and_data()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with av.GradTrace(model, opt) as trace:
+    with trace_grads(model, opt) as trace:
         for i in range(4):
             model(x).sum().backward()
             if i % 2:
@@ -109,11 +111,28 @@ def test_plot_marks_the_events() -> None:
         trace.norms("nope")
 
 
-def test_bad_input_is_explained() -> None:
-    with pytest.raises(ValueError, match="model, an optimizer"):
-        av.GradTrace()
-    with pytest.raises(TypeError, match="nn.Module"):
-        av.GradTrace("model")  # type: ignore[arg-type]
+def test_the_block_yields_the_record_it_fills() -> None:
+    model, x, _ = model_and_data()
+    ctx = trace_grads(model)
+    with ctx as grads:
+        assert isinstance(grads, av.GradTraceRecord) and grads.events == []
+        model(x).sum().backward()
+        assert len(grads.events) == len(grads.params)  # filled in as the block runs
+    assert grads.norms("0.weight")[-1] == pytest.approx(model[0].weight.grad.norm().item())
+    with pytest.raises(RuntimeError, match="one with-block"):
+        with ctx:
+            pass
+
+
+@pytest.mark.parametrize("call, error, match", [
+    pytest.param(lambda: trace_grads(), ValueError, "model, an optimizer", id="nothing"),
+    pytest.param(lambda: trace_grads("model"), TypeError, "nn.Module", id="model"),
+    pytest.param(lambda: trace_grads(nn.Linear(2, 2), optimizer="sgd"), TypeError, "Optimizer",
+                 id="optimizer"),
+])
+def test_bad_input_is_explained(call, error: type[Exception], match: str) -> None:  # noqa: ANN001
+    with pytest.raises(error, match=match):
+        call()
 
 
 # --- DDP: two gloo processes -------------------------------------------------------
@@ -139,7 +158,7 @@ def ddp_worker(rank: int, world: int, port: int, out_dir: str) -> None:
         model = DDP(nn.Linear(4, 3))
         torch.manual_seed(100 + rank)
         xs = torch.randn(3, 5, 4)
-        with av.GradTrace(model) as trace:
+        with trace_grads(model) as trace:
             with model.no_sync():
                 model(xs[0]).sum().backward()
                 model(xs[1]).sum().backward()
@@ -163,6 +182,7 @@ def ddp_worker(rank: int, world: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # two spawned processes: several seconds
 def test_ddp_no_sync_and_allreduce(tmp_path: Path) -> None:
     import torch.multiprocessing as mp
 

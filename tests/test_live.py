@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import shutil
 
 import pytest
@@ -149,15 +150,89 @@ def test_nbval_accepts_the_stored_output(executed_notebook):
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 
-def test_bad_arguments():
-    with pytest.raises(ValueError, match="every"):
-        with av.live(every=0):
+@pytest.mark.parametrize(
+    "kwargs, err, words",
+    [
+        ({"every": 0}, ValueError, "every"),
+        ({"every": True}, ValueError, "every"),
+        ({"model": "net"}, TypeError, "nn.Module"),
+        ({"group_modules": True}, ValueError, "needs the model"),
+    ],
+)
+def test_bad_arguments(kwargs, err, words):
+    with pytest.raises(err, match=words):
+        with av.live(**kwargs):
             pass
-    with pytest.raises(TypeError, match="nn.Module"):
-        with av.live(model="net"):
-            pass
+
+
+def test_no_grad_records_nothing():
     with av.live() as lg:
         torch.ones(2) * 2  # no grad: nothing to draw
     assert lg.frames == [] and lg.graph is None
     with pytest.raises(ValueError, match="no frames"):
         lg.strip()
+
+
+def test_frames_read_only_new_nodes(monkeypatch):
+    """every=1 on a chain: each Node is read once in all, not once per frame."""
+    reads = []
+    record = live_mod.GraphWalk._function_record
+    monkeypatch.setattr(live_mod.GraphWalk, "_function_record",
+                        lambda self, i, n: (reads.append(n), record(self, i, n))[1])
+    x = torch.ones(3, requires_grad=True)
+    with av.live(every=1) as lg:
+        y = x
+        for _ in range(200):
+            y = y * 1.5
+    nodes, edges = reachable(y)
+    assert len(lg.frames) == lg.ops == 200
+    assert [f.num_functions for f in lg.frames] == list(range(2, 202))  # + AccumulateGrad
+    assert len(reads) == len(set(reads)) == len(nodes) == lg.visited
+    assert len(lg.graph.edges) == sum(edges.values())
+    # frames are snapshots: an early frame did not grow with the walk
+    assert lg.frames[0].num_functions == 2 and len(lg.frames[0].edges) == 1
+
+
+def test_module_attribution_reaches_frames():
+    m = _model()
+    with av.live(m, every=1) as lg:
+        m(torch.randn(2, 3)).sum()
+    # oracle: record_modules on the same forward, outside live()
+    with av.record_modules(m) as rec:
+        y = m(torch.randn(2, 3)).sum()
+    expect = av.trace(y, params=m, modules=rec)
+    got = sorted((n.name, n.module) for n in lg.graph.function_nodes)
+    assert got == sorted((n.name, n.module) for n in expect.function_nodes)
+    assert "cluster" in lg.graph.to_dot(group_modules=True)
+
+
+def test_compiled_module_refused_and_compiled_code_not_traced_into():
+    from torch._dynamo.utils import counters
+
+    m = _model()
+    compiled = torch.compile(m, backend="eager")
+    with pytest.raises(TypeError, match="_orig_mod"):
+        with av.live(compiled):
+            pass
+    torch._dynamo.reset()
+    counters.clear()
+    f = torch.compile(lambda t: m(t).tanh().sum(), backend="eager")
+    x = torch.randn(4, 3)
+    with av.live(m) as lg:
+        out = f(x)
+    # Dynamo traced none of live()'s hooks: no graph break, one frame compiled
+    assert dict(counters["graph_break"]) == {}
+    assert torch.equal(out, m(x).tanh().sum())
+    assert lg.graph is not None
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` not installed")
+def test_strip_two_frames_per_row():
+    m = _model()
+    with av.live(m, every=1) as lg:
+        m(torch.randn(2, 3)).sum()
+    text = lg.strip(max_frames=4).text
+    ys = [float(y) for y in re.findall(r'<svg x="[0-9.]+" y="([0-9.]+)"', text)]
+    xs = [float(x) for x in re.findall(r'<svg x="([0-9.]+)"', text)]
+    assert len(xs) == 4 and xs[0] == xs[2] == 0.0 and xs[1] > 0 and xs[3] > 0
+    assert min(ys[2:]) > max(ys[:2])

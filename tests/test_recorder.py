@@ -1,19 +1,20 @@
 """The shared recorder: one entry per storage, frees when they happen, phases, labels."""
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import torch
 from torch import nn
 
 import autogradviz as av
-from autogradviz.recorder import CATEGORIES, StorageLedger
+from autogradviz.recorder import StorageLedger
 
 
 def test_views_share_one_storage() -> None:
     with av.track_memory() as mem:
         base = torch.zeros(256)
-        views = [base.view(16, 16), base[::2], base.t() if base.dim() == 2 else base.unsqueeze(0)]
+        views = [base.view(16, 16), base[::2], base.unsqueeze(0)]
         assert mem.current_bytes == base.untyped_storage().nbytes() == 1024
         del base
         assert mem.current_bytes == 1024
@@ -28,7 +29,7 @@ def test_resize_changes_the_count() -> None:
         assert mem.current_bytes == t.untyped_storage().nbytes() == 4000
         out = torch.empty(0)
         torch.add(torch.ones(50), 1, out=out)  # out= resizes a storage we already know
-        assert mem.current_bytes == 4000 + out.untyped_storage().nbytes() + 0
+        assert mem.current_bytes == 4000 + out.untyped_storage().nbytes()
         del t, out
         assert mem.current_bytes == 0
 
@@ -40,12 +41,12 @@ def test_backward_ops_are_seen_as_backward() -> None:
     x = torch.randn(32, 8)
     with av.track_memory(model) as mem:
         model(x).sum().backward()
-    backward = [s for s in mem.timeline if s.phase == "backward"]
+    backward = [s for s in mem.samples if s.phase == "backward"]
     ops = {s.op for s in backward}
     assert {"aten.mm", "aten.tanh_backward"} <= ops
     assert backward[-1].op == "backward end"
     # Every grad was made in backward and labelled gradient back to its birth.
-    first_grad = next(s for s in mem.timeline if s.bytes["gradient"] > 0)
+    first_grad = next(s for s in mem.samples if s.bytes["gradient"] > 0)
     assert first_grad.phase == "backward" and first_grad.op.startswith("aten.")
 
 
@@ -82,11 +83,11 @@ def test_optimizer_state_is_labelled_from_birth() -> None:
     with av.track_memory(model, opt) as mem:
         model(torch.randn(2, 32)).sum().backward()
         opt.step()
-    births = [s for s in mem.timeline if s.op == "aten.zeros_like"]
+    births = [s for s in mem.samples if s.op == "aten.zeros_like"]
     assert births and all(s.phase == "optimizer" for s in births)
     # The samples right after zeros_like already count exp_avg as optimizer state.
     assert births[0].bytes["optimizer_state"] == model.weight.nbytes
-    assert births[0].bytes["temporary"] <= mem.timeline[births[0].index - 1].bytes["temporary"]
+    assert births[0].bytes["temporary"] <= mem.samples[births[0].index - 1].bytes["temporary"]
 
 
 def test_ledger_samples_are_consistent() -> None:
@@ -97,23 +98,26 @@ def test_ledger_samples_are_consistent() -> None:
             model(torch.randn(4, 8)).sum().backward()
             opt.step()
             opt.zero_grad()
-    tl = mem.timeline
+    tl = mem.samples
     assert [s.index for s in tl] == list(range(len(tl)))
-    assert all(set(s.bytes) == set(CATEGORIES) and min(s.bytes.values()) >= 0 for s in tl)
+    assert all(set(s.bytes) == set(av.CATEGORIES) and min(s.bytes.values()) >= 0 for s in tl)
     assert {s.phase for s in tl} == set(av.PHASES)
     assert all(s.cuda_allocated is None and s.cuda_reserved is None for s in tl)
     assert tl[-1].optimizer_steps == 3
-    assert isinstance(mem.record().peak, av.MemorySample)
+    assert isinstance(mem.peak, av.MemorySample) and mem.peak.total == mem.peak_bytes
 
 
 def test_stopped_ledger_ignores_late_frees() -> None:
     led = StorageLedger(torch.device("cpu"))
     led.start()
-    t = torch.empty(100)
-    led.stop()
+    try:
+        t = torch.empty(100)
+    finally:
+        led.stop()
     before = list(led.cur)
+    assert led.record.current == before == [0] * 5 + [400]
     del t
-    assert led.cur == before
+    assert led.cur == before and led.record.current == before
 
 
 def _hook_state() -> tuple:
@@ -164,12 +168,14 @@ def test_no_patch_outlives_the_tracker() -> None:
             pass
         assert _hook_state() == before
 
-    # Nested trackers that exit out of order still leave nothing behind.
-    outer, inner = av.track_memory(model), av.track_memory(device="meta")
-    outer.__enter__()
-    inner.__enter__()
-    outer.__exit__(None, None, None)
-    inner.__exit__(None, None, None)
+    # Nested trackers that exit out of order still leave nothing behind: the outer one is
+    # entered first and exited first (each stack exits what it entered, even if a line
+    # in between fails).
+    outer_stack, inner_stack = contextlib.ExitStack(), contextlib.ExitStack()
+    with inner_stack, outer_stack:  # exits outer_stack first
+        outer_stack.enter_context(av.track_memory(model))
+        inner_stack.enter_context(av.track_memory(device="meta"))
+        step()
     assert _hook_state() == before
 
 

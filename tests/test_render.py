@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 
 import pytest
 import torch
@@ -121,8 +122,6 @@ def _graph_line(dot: str) -> dict[str, str]:
 @needs_dot
 def test_huge_graph_settings_reach_dot():
     """Above 1,500 Nodes the capped simplex must be in the DOT once, and dot must obey it."""
-    import subprocess
-
     g = _lstm_graph(110)
     assert g.num_functions > 1500
     attrs = _graph_line(g.to_dot())
@@ -148,3 +147,96 @@ def test_layout_timeout_falls_back_to_summary():
     # the summary table lists each Node name with its count
     n_acc = sum(1 for n in g.function_nodes if n.name == "AccumulateGrad")
     assert re.search(rf">AccumulateGrad</text>.*?>{n_acc}</text>", svg, flags=re.S)
+
+
+def _count_dot_runs(monkeypatch) -> list[str]:
+    """Replace the `dot` subprocess: layouts time out, the summary table succeeds."""
+    runs: list[str] = []
+
+    def fake_run(cmd, input, capture_output, timeout):
+        text = input.decode()
+        runs.append("summary" if text.startswith("digraph summary") else "layout")
+        if runs[-1] == "layout":
+            raise subprocess.TimeoutExpired(cmd, timeout)
+        return subprocess.CompletedProcess(cmd, 0, stdout=b"<svg width=\"1pt\" height=\"1pt\"/>",
+                                           stderr=b"")
+
+    render._run_dot.cache_clear()
+    monkeypatch.setattr(render.subprocess, "run", fake_run)
+    return runs
+
+
+@needs_dot
+@pytest.mark.parametrize("steps, layouts", [(30, 2), (110, 1)])
+def test_timeout_tries_each_distinct_layout_once(monkeypatch, steps, layouts):
+    """Up to 1,500 Nodes the retry is cheaper; above, the first layout already is the cheapest,
+    so retrying would run the same layout again and wait the timeout twice."""
+    g = _lstm_graph(steps)
+    assert (g.num_functions > 1500) == (steps == 110)
+    runs = _count_dot_runs(monkeypatch)
+    g.svg(timeout=5.0)
+    render._run_dot.cache_clear()
+    assert runs == ["layout"] * layouts + ["summary"]
+
+
+@needs_dot
+def test_png_over_graphviz_limit_warns_and_draws_summary():
+    # One box with a very long label: a layout wider than 32,767 px at 96 dpi.
+    g = av.Graph(nodes=[av.GraphNode(0, "x" * 7000, "function")], edges=[])
+    full = render._run_dot(render._dot_binary(), g.to_dot(), "png", 30.0)
+    assert max(render.png_size(full)) >= render.PNG_MAX_PIXELS  # Graphviz shrank it
+    with pytest.warns(UserWarning, match="32,767-pixel PNG limit"):
+        png = g.png()
+    assert png != full and max(render.png_size(png)) < render.PNG_MAX_PIXELS
+    small = _mlp_graph().png()  # below the limit: no warning, the drawing itself
+    assert max(render.png_size(small)) < render.PNG_MAX_PIXELS
+
+
+def _plain_y(dot: str) -> dict[str, float]:
+    """Node name -> y centre from Graphviz's plain output (y grows upwards)."""
+    out = render._run_dot(render._dot_binary(), dot, "plain", 30.0).decode()
+    return {p[1]: float(p[3]) for p in (ln.split() for ln in out.splitlines()) if p[0] == "node"}
+
+
+@needs_dot
+def test_direction_forward_puts_inputs_on_top():
+    g = _mlp_graph()
+    out = next(n.id for n in g.nodes if n.kind == "output")
+    param = next(n.id for n in g.nodes if n.kind == "param")
+    back, fwd = _plain_y(g.to_dot()), _plain_y(g.to_dot(direction="forward"))
+    assert back[f"n{out}"] > back[f"n{param}"]  # default: loss on top
+    assert fwd[f"n{out}"] < fwd[f"n{param}"]  # forward: inputs on top
+    # same function edges, each drawn the other way round
+    for s, d in g.edges:
+        assert f"  n{s} -> n{d};" in g.to_dot() and f"  n{d} -> n{s};" in g.to_dot(direction="forward")
+
+
+def test_freed_and_packed_labels_have_no_blank_line():
+    from torch.utils.checkpoint import checkpoint
+
+    a = torch.randn(4, requires_grad=True)
+    packed = av.trace(checkpoint(lambda t: t.sin(), a, use_reentrant=False).sum())
+    y = (a.exp() * a).sum()
+    y.backward()
+    freed = av.trace(y)
+    for g, state in ((packed, "packed"), (freed, "freed")):
+        labels = [ln for ln in g.to_dot().splitlines() if f"\\n{state}" in ln]
+        assert labels and all("\\n\\n" not in ln for ln in labels)
+
+
+def test_colors_override_fill_once():
+    g = _mlp_graph()
+    acc = next(n for n in g.function_nodes if n.name == "AccumulateGrad")
+    line = next(ln for ln in g.to_dot(colors={acc.id: "#123456"}).splitlines()
+                if ln.startswith(f"  n{acc.id} ["))
+    assert line.count("fillcolor") == 1 and 'fillcolor="#123456"' in line
+
+
+@pytest.mark.parametrize("n, text", [(0, "0 B"), (64, "64 B"), (1536, "1.5 KiB"),
+                                     (3 * 2**20, "3.0 MiB"), (5 * 2**30, "5.0 GiB")])
+def test_format_bytes_binary_units(n, text):
+    assert av.format_bytes(n) == text
+
+
+def test_html_template_has_no_unfilled_placeholders():
+    assert "{prefix}" not in render._HTML and "prefix" not in render._HTML

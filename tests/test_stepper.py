@@ -1,6 +1,7 @@
 """backward_order(): the engine's real order, checked against the graph's constraints."""
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -122,3 +123,29 @@ def test_animation_and_strip_are_offline_svg():
     assert strip.count("<svg") == 1 + 4 and "after step" in strip
     with pytest.raises(ValueError):
         bo.strip(max_frames=1)
+
+
+def _grid_cells(strip: str) -> list[tuple[float, float, float]]:
+    """(x, top, bottom) of each frame nested in a composed strip (the outer <svg> excluded)."""
+    return [(float(x), float(y), float(y) + float(h)) for x, y, h in
+            re.findall(r'<svg x="([0-9.]+)" y="([0-9.]+)" width="[0-9.]+" height="([0-9.]+)"',
+                       strip)]
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` not installed")
+@pytest.mark.parametrize("per_row", [2, 3])
+def test_strip_is_a_grid(per_row):
+    loss, m = _mlp_loss()
+    bo = av.backward_order(loss, params=m)
+    kwargs = {} if per_row == 2 else {"per_row": per_row}  # 2 is the default
+    cells = _grid_cells(bo.strip(max_frames=4, **kwargs).text)
+    assert len(cells) == 4
+    rows = [cells[k:k + per_row] for k in range(0, 4, per_row)]
+    assert len(rows) == -(-4 // per_row)
+    for row in rows:  # left to right from the left edge
+        xs = [x for x, _, _ in row]
+        assert xs[0] == 0.0 and xs == sorted(xs) and len(set(xs)) == len(xs)
+    for above, below in zip(rows, rows[1:]):  # each row wholly below the one before
+        assert min(top for _, top, _ in below) >= max(bottom for _, _, bottom in above)
+    with pytest.raises(ValueError, match="per_row"):
+        bo.strip(per_row=0)
