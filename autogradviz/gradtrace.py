@@ -208,7 +208,3 @@ def trace_grads(model: nn.Module | None = None, optimizer: torch.optim.Optimizer
     """
     return _GradTracer(model, optimizer)
 
-
-# The former public name, still imported by the package's __init__ until it exports
-# trace_grads. Not in __all__; use trace_grads().
-GradTrace = _GradTracer

@@ -298,7 +298,3 @@ def estimate_memory(build_model: Callable[[], nn.Module],
                 opt.step()
     return mem
 
-
-# The former public name of the tracker, still imported by the package's __init__ until it
-# exports the record types only. Not in __all__; use track_memory().
-MemoryTracker = _MemoryTracker

@@ -17,10 +17,11 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 REPO = Path(__file__).resolve().parent.parent
 
+import build_site as bs  # noqa: E402 - tests/conftest.py puts scripts/ on the path
+from fixtures.contract_chapter import SEARCH_WORD, contract_chapter, short_answer, summary_line  # noqa: E402
 
-
-import build_site as bs
 QUESTIONS = bs.load_questions(REPO / bs.QUESTIONS_YML)
+CH1 = {q.number: q.text for q in QUESTIONS if q.chapter == 1}
 
 
 def test_canonical_question_list() -> None:
@@ -123,3 +124,60 @@ def test_build_fails_on_a_broken_reference(site_root: Path) -> None:
     _chapter_one(site_root / "notebooks" / "01_test.ipynb", extra_md="\n\nSee [there](#no-such-section).")
     with pytest.raises(bs.SiteError, match="no-such-section"):
         bs.build(site_root)
+
+
+# --- one parser: question headings, the revision sheet ------------------------------------
+
+
+def test_heading_after_a_directive_fence_is_found(tmp_path: Path) -> None:
+    """A cell holding a ```{warning} block and then "## Q3." still starts Q3's section."""
+    nb = contract_chapter(CH1)
+    i = next(i for i, c in enumerate(nb.cells) if "## Q3." in c.source)
+    nb.cells[i].source = "```{warning}\nOld-style callout.\n```\n\n" + nb.cells[i].source
+    path = tmp_path / "01_test.ipynb"
+    nbformat.write(nb, path)
+    assert [h.number for h in bs.question_headings(path)] == [1, 2, 3, 4]
+
+
+def test_revision_sheet_gathers_short_answers_and_summary(tmp_path: Path) -> None:
+    (tmp_path / "notebooks").mkdir()
+    path = tmp_path / "notebooks" / "01_test.ipynb"
+    nbformat.write(contract_chapter(CH1), path)
+    md = bs.render_revision_sheet(QUESTIONS, {1: path}, tmp_path)
+    heads = [line for line in md.splitlines() if line.startswith("### Q")]
+    assert heads == [f"### Q{n}. {text}" for n, text in CH1.items()]  # every question, in order
+    for n in CH1:
+        block = md.split(f"### Q{n}. ")[1].split("### Q")[0]
+        assert short_answer(n) in block and f"- {summary_line(n)}" in block
+    assert md.count("## Chapter ") == 1
+    # An in-page link of the chapter's text points at the chapter from the sheet.
+    nb = contract_chapter(CH1)
+    summary = next(c for c in nb.cells if c.source.startswith("## Summary"))
+    summary.source = summary.source.replace("- **Q2.** ", "- **Q2.** Unlike [Q1](#q1), ")
+    nbformat.write(nb, path)
+    md = bs.render_revision_sheet(QUESTIONS, {1: path}, tmp_path)
+    assert "Unlike [Q1](../notebooks/01_test.ipynb#q1), " in md and "](#" not in md
+    assert bs.render_revision_sheet(QUESTIONS, {}, tmp_path).count("No chapter is written yet") == 1
+
+
+@pytest.mark.slow
+def test_contract_chapter_site(site_root: Path) -> None:
+    """The contract chapter built: anchors, revision sheet, figure text, CSS, favicon, download."""
+    nbformat.write(contract_chapter(CH1), site_root / "notebooks" / "01_test.ipynb")
+    site = bs.build(site_root).parent
+    chapter = (site / "notebooks" / "01_test.html").read_text()
+    revision = (site / "book" / "revision.html").read_text()
+    index = (site / "book" / "questions.html").read_text()
+    for n in CH1:
+        assert f'id="q{n}"' in chapter and f'<li id="q{n}"' in index
+        assert f"Q{n}. " in revision
+    # "[Qn](#qn)" in the chapter resolves to the question's section (no warning, a real link).
+    assert re.search(r'href="#q3-[^"]+"', chapter)
+    assert "page-break-before" in (site / "_static" / "book.css").read_text()
+    assert 'alt="the curve of question 1, rising."' in chapter and 'class="figure-caption"' in chapter
+    assert "_static/book.css" in chapter and "_static/book.js" in chapter and "favicon.svg" in chapter
+    # The download button's notebook link works offline: the file is in the site.
+    link = re.search(r'href="(\.\./_sources/notebooks/01_test\.ipynb)"', chapter)
+    assert link and (site / "notebooks" / link.group(1)).resolve().is_file()
+    assert 'href="revision.html"' in (site / "book" / "intro.html").read_text()
+    assert SEARCH_WORD in chapter

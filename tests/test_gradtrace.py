@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 import autogradviz as av
-from autogradviz.gradtrace import trace_grads
 
 
 def model_and_data(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -27,7 +26,7 @@ def test_micro_batches_build_the_big_batch_grad() -> None:
     nn.functional.mse_loss(big(x), y).backward()
 
     k = 4
-    with trace_grads(model) as trace:
+    with av.trace_grads(model) as trace:
         for xb, yb in zip(x.chunk(k), y.chunk(k)):
             (nn.functional.mse_loss(model(xb), yb) / k).backward()
     for a, b in zip(model.parameters(), big.parameters()):
@@ -48,7 +47,7 @@ def test_micro_batches_build_the_big_batch_grad() -> None:
 
 def test_forgotten_zero_grad_doubles_the_grad() -> None:
     model, x, y = model_and_data()
-    with trace_grads(model) as trace:
+    with av.trace_grads(model) as trace:
         nn.functional.mse_loss(model(x), y).backward()
         first = [p.grad.clone() for p in model.parameters()]
         nn.functional.mse_loss(model(x), y).backward()  # no zero_grad in between
@@ -62,7 +61,7 @@ def test_forgotten_zero_grad_doubles_the_grad() -> None:
 def test_zero_grad_and_step_events() -> None:
     model, x, y = model_and_data()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with trace_grads(model, opt) as trace:
+    with av.trace_grads(model, opt) as trace:
         model(x).sum().backward()
         opt.step()
         opt.zero_grad(set_to_none=False)
@@ -92,7 +91,7 @@ def test_plot_marks_the_events() -> None:
 
     model, x, y = model_and_data()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with trace_grads(model, opt) as trace:
+    with av.trace_grads(model, opt) as trace:
         for i in range(4):
             model(x).sum().backward()
             if i % 2:
@@ -113,7 +112,7 @@ def test_plot_marks_the_events() -> None:
 
 def test_the_block_yields_the_record_it_fills() -> None:
     model, x, _ = model_and_data()
-    ctx = trace_grads(model)
+    ctx = av.trace_grads(model)
     with ctx as grads:
         assert isinstance(grads, av.GradTraceRecord) and grads.events == []
         model(x).sum().backward()
@@ -125,9 +124,9 @@ def test_the_block_yields_the_record_it_fills() -> None:
 
 
 @pytest.mark.parametrize("call, error, match", [
-    pytest.param(lambda: trace_grads(), ValueError, "model, an optimizer", id="nothing"),
-    pytest.param(lambda: trace_grads("model"), TypeError, "nn.Module", id="model"),
-    pytest.param(lambda: trace_grads(nn.Linear(2, 2), optimizer="sgd"), TypeError, "Optimizer",
+    pytest.param(lambda: av.trace_grads(), ValueError, "model, an optimizer", id="nothing"),
+    pytest.param(lambda: av.trace_grads("model"), TypeError, "nn.Module", id="model"),
+    pytest.param(lambda: av.trace_grads(nn.Linear(2, 2), optimizer="sgd"), TypeError, "Optimizer",
                  id="optimizer"),
 ])
 def test_bad_input_is_explained(call, error: type[Exception], match: str) -> None:  # noqa: ANN001
@@ -158,7 +157,7 @@ def ddp_worker(rank: int, world: int, port: int, out_dir: str) -> None:
         model = DDP(nn.Linear(4, 3))
         torch.manual_seed(100 + rank)
         xs = torch.randn(3, 5, 4)
-        with trace_grads(model) as trace:
+        with av.trace_grads(model) as trace:
             with model.no_sync():
                 model(xs[0]).sum().backward()
                 model(xs[1]).sum().backward()

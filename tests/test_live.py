@@ -123,6 +123,7 @@ def executed_notebook(tmp_path_factory):
     return path, nb
 
 
+@pytest.mark.slow
 def test_nbclient_stores_the_final_frame(executed_notebook):
     _, nb = executed_notebook
     lg = _cell_in_this_process()
@@ -136,6 +137,7 @@ def test_nbclient_stores_the_final_frame(executed_notebook):
     assert outs[-1].output_type == "stream" and outs[-1].text == f"{len(lg.frames)}\n"
 
 
+@pytest.mark.slow
 def test_nbval_accepts_the_stored_output(executed_notebook):
     """nbval re-runs the cell in a fresh kernel and compares with what nbclient stored."""
     pytest.importorskip("nbval")

@@ -2,15 +2,22 @@
 
 The rules (one checker function each, each returning a list of problems):
 valid nbformat; kernelspec "python3"; code cells executed top to bottom (counts 1..N over the
-non-empty code cells); errors only in cells tagged `raises-exception` (and such cells do raise);
-no machine paths, memory addresses or timings in compared outputs (cells not tagged
-`nbval-ignore-output`); files under 1.5 MB; the chapter anatomy of the chapter standard
-(a "Q<n>." heading per question, a "Common wrong answer" callout in each question's section,
-"Check yourself" and "Summary" sections); helpers come from autogradviz (no function or class
-defined identically in two notebooks, no sys.path tricks or %run); no `pip install`.
+non-empty code cells); no error outputs and no `raises-exception` tag (errors are shown with
+`agv.show_error`); no machine paths, memory addresses or timings in compared outputs (cells not
+tagged `nbval-ignore-output`); files under 1.5 MB; code lines of at most 88 columns; the set-up
+cell calls `agv.written_for(`; no `pip install`; helpers come from autogradviz (no function or
+class defined identically in two notebooks, no sys.path tricks or %run).
 
-Each checker is also fed a deliberately broken in-memory notebook below, so a rule that stops
-catching what it is for fails here.
+The chapter anatomy of the chapter standard (v2), read through scripts/notebook_parts.py (the
+same parser the site build uses, so the two cannot disagree): one `Q<n>.` section per question
+with its `<a id="q<n>">` anchor, exactly one short-answer tip callout (at most 6 sentences and
+120 words), at least one common-wrong-answer warning callout, `### Why` and `### Proof`;
+"Check yourself" with exercises whose solution is hidden (tags `solution` + `hide-input`,
+`jupyter.source_hidden`) and checked by a `check` cell, and a recall quiz of 8-12 items each
+with a `<details>` answer; a Summary with a `**Q<n>.**` bullet per question.
+
+Each checker is also fed a deliberately broken copy of a notebook that follows every rule
+(tests/fixtures/contract_chapter.py), so a rule that stops catching what it is for fails here.
 """
 from __future__ import annotations
 
@@ -40,19 +47,18 @@ ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{4,}\b")
 TIMING = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds)\b|Wall time:|CPU times:|\bit/s\b")
 PIP_INSTALL = re.compile(r"(^\s*[!%]\s*(pip|conda|mamba)\s+install)|(-m\s+pip\s+install)|(\bpip\.main\()", re.M)
 PATH_TRICKS = re.compile(r"(^\s*%run\b)|(\bsys\.path\.(insert|append)\b)|(\bimportlib\.util\.spec_from_file_location\b)", re.M)
-HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
-CALLOUT = re.compile(
-    r"(^\s*(:{3,}|`{3,})\s*\{[\w-]+\}.*common wrong answer)"  # MyST admonition with that title
-    r"|(^\s*(:{3,}|`{3,})\s*\{[\w-]+\}.*\n(\s*:class:.*\n)?\s*\**common wrong answer)"  # titled in the body
-    r"|(^\s*>.*common wrong answer)"  # blockquote callout
-    r"|(class=\"[^\"]*(admonition|alert)[^\"]*\"[^\n]*\n?[^\n]*common wrong answer)",  # HTML callout
-    re.I | re.M,
-)
+MAX_SHORT_SENTENCES = 6
+MAX_SHORT_WORDS = 120
+QUIZ_ITEMS = (8, 12)
+MAX_CODE_COLUMNS = 88
+WRITTEN_FOR = "agv.written_for("
+SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\betc)[.!?]+(?=\s|$)")
 MIN_HELPER_STATEMENTS = 3  # a def this size or larger, identical in two notebooks, is a pasted helper
 
+import build_site  # noqa: E402 - tests/conftest.py puts scripts/ on the path
+import notebook_parts  # noqa: E402
+from fixtures.contract_chapter import contract_chapter  # noqa: E402
 
-
-import build_site
 QUESTIONS = build_site.load_questions(REPO / build_site.QUESTIONS_YML)
 
 
@@ -99,22 +105,39 @@ def check_execution_order(nb) -> list[str]:
 
 
 def check_errors(nb) -> list[str]:
+    """No cell shows an error, and none is tagged to be allowed one: `agv.show_error` shows
+    errors on purpose as one printed line, with their type and message asserted."""
     problems = []
     for i, cell in enumerate(_code_cells(nb)):
         errors = [o for o in cell.outputs if o.output_type == "error"]
-        if errors and RAISES_TAG not in _tags(cell):
-            problems.append(f"code cell {i} shows {errors[0].get('ename')} but is not tagged '{RAISES_TAG}'")
-        if RAISES_TAG in _tags(cell) and not errors:
-            problems.append(f"code cell {i} is tagged '{RAISES_TAG}' but shows no error")
-        for err in errors:
-            # A full traceback names files under the author's venv: the site would show them, and
-            # they differ per machine. `%xmode Minimal` in the set-up cell keeps errors to one line.
-            shown = ANSI.sub("", "\n".join(err.get("traceback", [])))
-            m = MACHINE_PATH.search(shown)
-            if m:
-                problems.append(f"code cell {i}'s traceback shows a machine path ({m.group(0)!r}); "
-                                "put `%xmode Minimal` in the set-up cell")
+        if RAISES_TAG in _tags(cell):
+            problems.append(f"code cell {i} is tagged '{RAISES_TAG}'; show the error with agv.show_error instead")
+        if errors:
+            shown = ANSI.sub("", "\n".join(errors[0].get("traceback", [])))
+            where = " (its traceback shows a machine path)" if MACHINE_PATH.search(shown) else ""
+            problems.append(
+                f"code cell {i} shows {errors[0].get('ename')}{where}; a chapter runs without errors: "
+                "use agv.show_error(callable, ErrorType, 'message') for an error shown on purpose"
+            )
     return problems
+
+
+def check_code_lines(nb) -> list[str]:
+    """Every code line fits the page and prints: at most 88 columns."""
+    return [
+        f"code cell {i} line {n} is {len(line)} columns; keep code lines to {MAX_CODE_COLUMNS}"
+        for i, cell in enumerate(_code_cells(nb))
+        for n, line in enumerate(cell.source.splitlines(), 1)
+        if len(line) > MAX_CODE_COLUMNS
+    ]
+
+
+def check_setup_cell(nb) -> list[str]:
+    """The first code cell says which torch the text was written for."""
+    code = [c for c in _code_cells(nb) if c.source.strip()]
+    if not code or WRITTEN_FOR not in code[0].source:
+        return [f"the set-up cell (first code cell) does not call {WRITTEN_FOR}\"<torch version>\")"]
+    return []
 
 
 def _compared_texts(cell):
@@ -162,49 +185,71 @@ def check_size(path: Path) -> list[str]:
     return [] if size < MAX_BYTES else [f"{path.name} is {size / 1e6:.2f} MB; keep notebooks under 1.5 MB"]
 
 
-def _headings(nb) -> list[tuple[int, str, int]]:
-    """(cell index, heading text, level) of every Markdown heading, outside code fences."""
-    found = []
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "markdown":
-            continue
-        fence = False
-        for line in cell.source.splitlines():
-            if line.lstrip().startswith(("```", "~~~")) and "{" not in line:
-                fence = not fence
-            m = None if fence else HEADING.match(line)
-            if m:
-                found.append((i, m.group(2), len(m.group(1))))
-    return found
+def _sentences(markdown: str) -> int:
+    text = notebook_parts.plain_text(re.sub(r"\$[^$]*\$", "x", markdown))
+    return len(SENTENCE_END.findall(text)) or (1 if text.strip() else 0)
 
 
 def check_anatomy(nb, chapter: int) -> list[str]:
-    """The chapter standard's skeleton: questions in order, each with its callout, then exercises, summary."""
+    """The chapter standard (v2)'s skeleton, as notebook_parts reads it."""
     problems = []
     own = [q.number for q in QUESTIONS if q.chapter == chapter]
     if not own:
         return [f"chapter {chapter} is not in book/questions.yml"]
-    heads = _headings(nb)
-    q_heads = [(i, int(m.group(1))) for i, text, _ in heads if (m := re.match(r"Q(\d+)\.\s", text))]
-    numbers = [n for _, n in q_heads]
+    parsed = notebook_parts.parse_chapter(nb)
+    numbers = [q.number for q in parsed.questions]
     if numbers != own:
         problems.append(f"question headings are {['Q%d' % n for n in numbers]}, expected {['Q%d' % n for n in own]} in order")
-
-    def first(title: str) -> int | None:
-        return next((i for i, text, _ in heads if text.lower().startswith(title)), None)
-
-    check, summary = first("check yourself"), first("summary")
+    check, summary = parsed.section_start("check yourself"), parsed.section_start("summary")
     if check is None:
         problems.append("no 'Check yourself' section")
     if summary is None:
         problems.append("no 'Summary' section")
     if check is not None and summary is not None and summary < check:
         problems.append("'Summary' comes before 'Check yourself'")
-    ends = [i for i, _ in q_heads[1:]] + [check if check is not None else len(nb.cells)]
-    for (start, number), end in zip(q_heads, ends):
-        section = "\n".join(c.source for c in nb.cells[start:end] if c.cell_type == "markdown")
-        if not CALLOUT.search(section):
-            problems.append(f"Q{number} has no 'Common wrong answer' callout in its section")
+    for q in parsed.questions:
+        where = f"Q{q.number}"
+        if q.anchor != f"q{q.number}":
+            problems.append(f'{where}: its heading cell has no <a id="q{q.number}"></a> before the heading')
+        if len(q.short_answers) != 1:
+            problems.append(f"{where} has {len(q.short_answers)} short-answer tip callouts; it needs exactly one")
+        for c in q.short_answers:
+            n_sent, n_words = _sentences(c.text), len(notebook_parts.plain_text(c.text).split())
+            if n_sent > MAX_SHORT_SENTENCES or n_words > MAX_SHORT_WORDS:
+                problems.append(
+                    f"{where}'s short answer has {n_sent} sentences and {n_words} words; keep it to "
+                    f"{MAX_SHORT_SENTENCES} sentences and about 100 words (detail goes to 'Why')"
+                )
+        if not q.wrong_answers:
+            problems.append(f"{where} has no 'Common wrong answer' warning callout in its section")
+        for sub in ("Why", "Proof"):
+            if not any(h.lower().startswith(sub.lower()) for h in q.subheadings):
+                problems.append(f"{where} has no '### {sub}' sub-heading")
+        if not parsed.summary.get(q.number):
+            problems.append(f"the Summary has no bullet starting **Q{q.number}.**")
+    if check is not None:
+        if not parsed.exercises:
+            problems.append("'Check yourself' has no exercise (a cell starting **[E]**, **[M]** or **[H]**)")
+        for ex in parsed.exercises:
+            where = f"exercise '{ex.title}' (cell {ex.cell})"
+            if not ex.solution_cells:
+                problems.append(f"{where} has no solution cell tagged 'solution'")
+            for i in ex.solution_cells:
+                cell = nb.cells[i]
+                if "hide-input" not in _tags(cell):
+                    problems.append(f"{where}: solution cell {i} is not tagged 'hide-input' (collapsed on the site)")
+                if not cell.metadata.get("jupyter", {}).get("source_hidden"):
+                    problems.append(f"{where}: solution cell {i} lacks metadata jupyter.source_hidden (hidden in JupyterLab)")
+            if not ex.check_cells:
+                problems.append(f"{where} has no check cell tagged 'check'")
+        lo, hi = QUIZ_ITEMS
+        if parsed.quiz_cell is None:
+            problems.append("'Check yourself' has no '### Recall quiz'")
+        elif not lo <= len(parsed.quiz) <= hi:
+            problems.append(f"the recall quiz has {len(parsed.quiz)} items; it needs {lo}-{hi}")
+        unanswered = [item.number for item in parsed.quiz if not item.answer]
+        if unanswered:
+            problems.append(f"recall quiz items {unanswered} have no <details> answer")
     return problems
 
 
@@ -270,6 +315,9 @@ def chapter_of(path: Path) -> int:
 
 # --- the real notebooks --------------------------------------------------------------------
 
+NOTEBOOK_CHECKS = (check_format, check_kernelspec, check_execution_order, check_errors, check_deterministic_outputs,
+                   check_no_pip, check_no_path_tricks, check_code_lines, check_setup_cell)  # fmt: skip
+
 ids = [p.name for p in NOTEBOOKS]
 
 
@@ -277,8 +325,7 @@ ids = [p.name for p in NOTEBOOKS]
 def test_notebook_hygiene(path: Path) -> None:
     problems = check_size(path)
     nb = nbformat.read(path, as_version=4)
-    for check in (check_format, check_kernelspec, check_execution_order, check_errors,
-                  check_deterministic_outputs, check_no_pip, check_no_path_tricks):  # fmt: skip
+    for check in NOTEBOOK_CHECKS:
         problems += check(nb)
     problems += check_anatomy(nb, chapter_of(path))
     assert not problems, f"{path.name}:\n  " + "\n  ".join(problems)
@@ -295,47 +342,34 @@ def test_no_helper_pasted_between_notebooks() -> None:
 # --- the checkers catch what they are for --------------------------------------------------
 
 
-def _chapter_one(callout: str = ":::{admonition} Common wrong answer\n:class: warning\nIt is not so.\n:::"):
-    """A small notebook that follows every rule, for chapter 1; tests break one thing at a time."""
-    nb = new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    cells = [new_markdown_cell("# Chapter 1\n\nOverview."), new_code_cell("import torch")]
-    for q in (q for q in QUESTIONS if q.chapter == 1):
-        cells += [new_markdown_cell(f"## Q{q.number}. {q.text}\n\nShort answer."),
-                  new_code_cell("print(torch.ones(2).sum().item())"),
-                  new_markdown_cell(callout)]  # fmt: skip
-    cells += [new_markdown_cell("## Check yourself\n\n[E] Predict."), new_code_cell(""),
-              new_markdown_cell("## Summary\n\n- one-liners")]  # fmt: skip
-    nb.cells = cells
-    count = 0
-    for cell in nb.cells:
-        if cell.cell_type == "code" and cell.source.strip():
-            count += 1
-            cell.execution_count = count
-            cell.outputs = [new_output("stream", name="stdout", text="2.0\n")]
-    return nb
+def _chapter_one():
+    """A small chapter 1 that follows every rule; tests break one thing at a time."""
+    return contract_chapter({q.number: q.text for q in QUESTIONS if q.chapter == 1})
 
 
 def _first_printing_cell(nb):
-    return next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("print"))
+    """A proof cell that prints (its stored output is a stdout stream)."""
+    return next(
+        c for c in nb.cells
+        if c.cell_type == "code" and any(o.output_type == "stream" for o in c.outputs) and "print(" in c.source
+    )
+
+
+def _cell(nb, start: str):
+    return next(c for c in nb.cells if c.source.startswith(start))
 
 
 def test_good_notebook_passes_every_check() -> None:
     nb = _chapter_one()
-    for check in (check_format, check_kernelspec, check_execution_order, check_errors,
-                  check_deterministic_outputs, check_no_pip, check_no_path_tricks):  # fmt: skip
+    for check in NOTEBOOK_CHECKS:
         assert check(nb) == [], check.__name__
     assert check_anatomy(nb, 1) == []
 
 
-@pytest.mark.parametrize(
-    "callout",
-    ["> **Common wrong answer:** it is not so.",
-     "```{warning} Common wrong answer\nIt is not so.\n```",
-     ":::{admonition}\n:class: warning\n**Common wrong answer.** It is not so.\n:::"],  # fmt: skip
-)
-def test_callout_forms_accepted(callout: str) -> None:
-    assert check_anatomy(_chapter_one(callout), 1) == []
+def test_fixture_file_is_the_generated_chapter() -> None:
+    """tests/fixtures/01_contract_chapter.ipynb (for trying the site by hand) is not stale."""
+    stored = nbformat.read(REPO / "tests" / "fixtures" / "01_contract_chapter.ipynb", as_version=4)
+    assert [c.source for c in stored.cells] == [c.source for c in contract_chapter().cells]
 
 
 def test_catches_invalid_format() -> None:
@@ -360,31 +394,46 @@ def test_catches_out_of_order_execution(counts: list) -> None:
 
 def test_catches_output_on_empty_cell() -> None:
     nb = _chapter_one()
-    empty = next(c for c in _code_cells(nb) if not c.source.strip())
+    nb.cells.append(new_code_cell(""))
+    assert check_execution_order(nb) == []
+    empty = nb.cells[-1]
     empty.execution_count = 99
     assert check_execution_order(nb)
 
 
-def test_catches_untagged_error_and_tag_without_error() -> None:
+def test_catches_error_output_and_raises_tag() -> None:
     nb = _chapter_one()
     cell = _first_printing_cell(nb)
     cell.outputs = [new_output("error", ename="RuntimeError", evalue="boom", traceback=[])]
-    assert check_errors(nb)
+    assert any("shows RuntimeError" in p for p in check_errors(nb))
     cell.metadata["tags"] = [RAISES_TAG]
+    assert any(RAISES_TAG in p for p in check_errors(nb))
+    cell.outputs = [new_output("stream", name="stdout", text="RuntimeError: boom\n")]  # what show_error prints
+    assert any(RAISES_TAG in p for p in check_errors(nb))
+    cell.metadata["tags"] = []
     assert check_errors(nb) == []
-    cell.outputs = []
-    assert check_errors(nb)
 
 
 def test_catches_machine_path_in_a_traceback() -> None:
     nb = _chapter_one()
-    cell = _first_printing_cell(nb)
-    cell.metadata["tags"] = [RAISES_TAG]
     frame = "\x1b[36mFile \x1b[39m\x1b[32m/home/alice/.venv/lib/python3.11/site-packages/torch/_tensor.py:623\x1b[39m"
-    cell.outputs = [new_output("error", ename="RuntimeError", evalue="boom", traceback=[frame, "RuntimeError: boom"])]
-    assert any("traceback" in p for p in check_errors(nb))
-    cell.outputs[0].traceback = ["\x1b[31mRuntimeError\x1b[39m: boom"]
-    assert check_errors(nb) == []
+    _first_printing_cell(nb).outputs = [
+        new_output("error", ename="RuntimeError", evalue="boom", traceback=[frame, "RuntimeError: boom"])
+    ]
+    assert any("machine path" in p for p in check_errors(nb))
+
+
+def test_catches_long_code_line_and_missing_written_for() -> None:
+    nb = _chapter_one()
+    cell = _first_printing_cell(nb)
+    cell.source += "\n" + "y = 1  # " + "x" * (MAX_CODE_COLUMNS - 9)
+    assert check_code_lines(nb) == []  # exactly 88 columns is fine
+    cell.source += "x"
+    assert any("89 columns" in p for p in check_code_lines(nb))
+    nb = _chapter_one()
+    setup = next(c for c in _code_cells(nb) if c.source.strip())
+    setup.source = setup.source.replace(WRITTEN_FOR, "print(")
+    assert check_setup_cell(nb)
 
 
 @pytest.mark.parametrize(
@@ -435,22 +484,115 @@ def test_catches_large_file(tmp_path: Path) -> None:
 
 def test_catches_missing_question_heading() -> None:
     nb = _chapter_one()
-    nb.cells = [c for c in nb.cells if not c.source.startswith("## Q2.")]
+    nb.cells = [c for c in nb.cells if "## Q2." not in c.source]
     assert any("question headings" in p for p in check_anatomy(nb, 1))
 
 
-def test_catches_missing_sections_and_callout() -> None:
+def test_catches_missing_sections() -> None:
     nb = _chapter_one()
     nb.cells = [c for c in nb.cells if not c.source.startswith(("## Check yourself", "## Summary"))]
     problems = check_anatomy(nb, 1)
-    assert any("Check yourself" in p for p in problems) and any("Summary" in p for p in problems)
-    nb = _chapter_one(callout="A plain paragraph that merely mentions a common wrong answer.")
-    assert sum("callout" in p for p in check_anatomy(nb, 1)) == len([q for q in QUESTIONS if q.chapter == 1])
+    assert any("Check yourself" in p for p in problems) and any("'Summary' section" in p for p in problems)
+
+
+def _break(nb, start: str, new_source: str | None) -> None:
+    """Replace (or, with None, delete) the first cell of Q2's section that starts with `start`."""
+    q2 = notebook_parts.parse_chapter(nb).question(2)
+    i = next(i for i in range(q2.start, q2.end) if nb.cells[i].source.startswith(start))
+    if new_source is None:
+        del nb.cells[i]
+    else:
+        nb.cells[i].source = new_source
+
+
+@pytest.mark.parametrize(
+    ("start", "new", "message"),
+    [('<a id="q2">', "## Q2. " + next(q.text for q in QUESTIONS if q.number == 2), '<a id="q2">'),
+     ('<div class="admonition tip', None, "0 short-answer tip callouts"),
+     ('<div class="admonition warning', None, "no 'Common wrong answer'"),
+     ('<div class="admonition warning', '<div class="admonition note alert alert-info">\n<p class="admonition-title">'
+      'Common wrong answer</p>\n\nText.\n\n</div>', "no 'Common wrong answer'"),
+     ("### Why", "### Mechanism\n\nText.", "'### Why'"),
+     ("### Proof", "Proof follows.", "'### Proof'")],  # fmt: skip
+)
+def test_catches_broken_question_section(start: str, new: str | None, message: str) -> None:
+    nb = _chapter_one()
+    _break(nb, start, new)
+    problems = check_anatomy(nb, 1)
+    assert any(message in p and "Q2" in p for p in problems), problems
+
+
+def test_catches_two_short_answers_and_a_long_one() -> None:
+    nb = _chapter_one()
+    q2 = notebook_parts.parse_chapter(nb).question(2)
+    tip = nb.cells[q2.short_answers[0].cell]
+    nb.cells.insert(q2.short_answers[0].cell, nbformat.v4.new_markdown_cell(tip.source))
+    assert any("2 short-answer tip callouts" in p for p in check_anatomy(nb, 1))
+    nb = _chapter_one()
+    tip = nb.cells[notebook_parts.parse_chapter(nb).question(2).short_answers[0].cell]
+    title = '<div class="admonition tip alert alert-success">\n<p class="admonition-title">The short answer</p>\n\n'
+    six = " ".join(f"Sentence {i} about `torch.no_grad()`, e.g. in eval." for i in range(6))
+    tip.source = title + six + "\n\n</div>"
+    assert check_anatomy(nb, 1) == []  # abbreviations and code do not end a sentence
+    tip.source = title + six + " One more.\n\n</div>"
+    assert any("7 sentences" in p for p in check_anatomy(nb, 1))
+    tip.source = title + " ".join(["word"] * 125) + ".\n\n</div>"
+    assert any("125 words" in p for p in check_anatomy(nb, 1))
+
+
+def test_catches_unhidden_or_unchecked_solution() -> None:
+    nb = _chapter_one()
+    solution = next(c for c in nb.cells if "solution" in _tags(c))
+    solution.metadata["tags"] = ["solution"]
+    assert any("'hide-input'" in p for p in check_anatomy(nb, 1))
+    solution.metadata["tags"] = ["solution", "hide-input"]
+    del solution.metadata["jupyter"]
+    assert any("source_hidden" in p for p in check_anatomy(nb, 1))
+    nb = _chapter_one()
+    next(c for c in nb.cells if "check" in _tags(c)).metadata["tags"] = []
+    assert any("no check cell" in p for p in check_anatomy(nb, 1))
+    nb = _chapter_one()
+    next(c for c in nb.cells if "solution" in _tags(c)).metadata["tags"] = []
+    assert any("no solution cell" in p for p in check_anatomy(nb, 1))
+
+
+@pytest.mark.parametrize(("n_items", "ok"), [(7, False), (8, True), (12, True), (13, False)])
+def test_catches_quiz_of_the_wrong_size(n_items: int, ok: bool) -> None:
+    nb = _chapter_one()
+    quiz = _cell(nb, "### Recall quiz")
+    item = "{i}. Q {i}?\n   <details><summary>Answer</summary>\n\n   A {i}.\n\n   </details>\n"
+    quiz.source = "### Recall quiz\n\n" + "\n".join(item.format(i=i) for i in range(1, n_items + 1))
+    assert (check_anatomy(nb, 1) == []) is ok
+
+
+def test_catches_quiz_answer_not_hidden_and_missing_summary_bullet() -> None:
+    nb = _chapter_one()
+    quiz = _cell(nb, "### Recall quiz")
+    quiz.source = re.sub(r"3\. Recall question 3\?\n   <details>.*?</details>", "3. Recall question 3? Answer 3.",
+                         quiz.source, flags=re.S)  # fmt: skip
+    assert any("[3]" in p and "<details>" in p for p in check_anatomy(nb, 1))
+    nb = _chapter_one()
+    summary = _cell(nb, "## Summary")
+    summary.source = summary.source.replace("- **Q3.**", "- Q3:")
+    assert any("**Q3.**" in p for p in check_anatomy(nb, 1))
 
 
 def test_heading_inside_code_fence_does_not_count() -> None:
     nb = _chapter_one()
     nb.cells.append(new_markdown_cell("```text\n## Q9. not a heading\n```"))
+    assert check_anatomy(nb, 1) == []
+
+
+def test_heading_after_a_myst_directive_fence_counts() -> None:
+    """A `{warning}` fence closes like any other: the heading after it in the same cell is found,
+    by the rules test and by the site build alike (they share notebook_parts)."""
+    nb = _chapter_one()
+    q3 = notebook_parts.parse_chapter(nb).question(3)
+    heading = nb.cells[q3.start]
+    heading.source = "```{warning}\nAn old-style callout.\n```\n\n" + heading.source
+    parsed = notebook_parts.parse_chapter(nb)
+    assert [q.number for q in parsed.questions] == [1, 2, 3, 4]
+    assert parsed.question(3).anchor == "q3"
     assert check_anatomy(nb, 1) == []
 
 
