@@ -7,7 +7,8 @@ Three layers, imports pointing down only (tests/test_architecture.py checks it):
   modules.py, live.py, stepper.py, module_graph.py, recorder.py, memory.py,
   gradtrace.py;
 * views that read only records: render.py (DOT/SVG/PNG/HTML), rollup.py,
-  strips.py (strips, animation), plots.py (matplotlib).
+  strips.py (strips, animation), module_view.py (module graphs), plots.py
+  (matplotlib). A record reaches its view through one lazy import per view.
 
 Entry points are functions; the ones that watch a block of code are context
 managers that yield the record they fill (``with live(model) as lg:``).

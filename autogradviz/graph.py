@@ -361,7 +361,8 @@ class GraphWalk:
         details: list[tuple[str, str]] = [("node", name)]
         if mod is not None:
             details.append(("module", mod or "(top level)"))
-        details.append(("next functions", str(sum(1 for f, _ in n.next_functions if f is not None))))
+        n_next = sum(1 for f, _ in n.next_functions if f is not None)
+        details.append(("next functions", str(n_next)))
         details.extend(attrs)
         self.nodes[i] = GraphNode(i, name, "function", module=mod, attrs=attrs,
                                   details=tuple(details))

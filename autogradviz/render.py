@@ -499,20 +499,26 @@ g.node:hover polygon,g.node:hover path{{stroke:#d33;stroke-width:2}}
 <script>
 (function(){{
 var details={details};
-var view=document.getElementById('avz-view'),svg=view.querySelector('svg'),tip=document.getElementById('avz-tip');
+var view=document.getElementById('avz-view'),svg=view.querySelector('svg');
+var tip=document.getElementById('avz-tip');
 var vb=svg.viewBox.baseVal,drag=null;
 svg.removeAttribute('width');svg.removeAttribute('height');
 view.addEventListener('wheel',function(e){{e.preventDefault();var r=svg.getBoundingClientRect();
-var f=e.deltaY>0?1.15:1/1.15,mx=vb.x+(e.clientX-r.left)/r.width*vb.width,my=vb.y+(e.clientY-r.top)/r.height*vb.height;
+var f=e.deltaY>0?1.15:1/1.15,mx=vb.x+(e.clientX-r.left)/r.width*vb.width,
+my=vb.y+(e.clientY-r.top)/r.height*vb.height;
 vb.x=mx-(mx-vb.x)*f;vb.y=my-(my-vb.y)*f;vb.width*=f;vb.height*=f;}},{{passive:false}});
-view.addEventListener('mousedown',function(e){{drag={{x:e.clientX,y:e.clientY}};view.style.cursor='grabbing';}});
+view.addEventListener('mousedown',function(e){{drag={{x:e.clientX,y:e.clientY}};
+view.style.cursor='grabbing';}});
 window.addEventListener('mouseup',function(){{drag=null;view.style.cursor='grab';}});
 window.addEventListener('mousemove',function(e){{if(!drag)return;var r=svg.getBoundingClientRect();
-vb.x-=(e.clientX-drag.x)/r.width*vb.width;vb.y-=(e.clientY-drag.y)/r.height*vb.height;drag={{x:e.clientX,y:e.clientY}};}});
+vb.x-=(e.clientX-drag.x)/r.width*vb.width;vb.y-=(e.clientY-drag.y)/r.height*vb.height;
+drag={{x:e.clientX,y:e.clientY}};}});
 svg.querySelectorAll('g.node').forEach(function(g){{
 var key=g.id.replace(/_\\d+$/,''),d=details[key];if(!d)return;
-g.addEventListener('mousemove',function(e){{tip.textContent=d.map(function(kv){{return kv[0]+': '+kv[1];}}).join('\\n');
-tip.style.display='block';tip.style.left=(e.clientX+12)+'px';tip.style.top=(e.clientY+12)+'px';}});
+g.addEventListener('mousemove',function(e){{
+tip.textContent=d.map(function(kv){{return kv[0]+': '+kv[1];}}).join('\\n');
+tip.style.display='block';tip.style.left=(e.clientX+12)+'px';
+tip.style.top=(e.clientY+12)+'px';}});
 g.addEventListener('mouseleave',function(){{tip.style.display='none';}});}});
 }})();
 </script></body></html>

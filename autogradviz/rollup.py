@@ -58,9 +58,10 @@ def roll_up(graph: Graph, *, expand: Iterable[str] = ()) -> Graph:
             members.setdefault(hit[1], []).append(node.id)
 
     def signature(p: str) -> tuple[str, ...]:
+        """Class, then kind and (for functions) name of each member in walk order."""
+        nodes = [graph.nodes[i] for i in members[p]]
         return (graph.module_types.get(p, ""),) + tuple(
-            f"{graph.nodes[i].kind}:{graph.nodes[i].name if graph.nodes[i].kind == 'function' else ''}"
-            for i in members[p]
+            f"{n.kind}:{n.name if n.kind == 'function' else ''}" for n in nodes
         )
 
     remap: dict[int, int] = {}

@@ -136,7 +136,9 @@ def _check_content_page(page, url: str, name: str, report: SiteReport, needs_fig
     raw = _RAW_TEX.findall(page.evaluate(_ARTICLE_TEXT_JS))
     figures = page.evaluate(
         """() => {
-          const imgs = [...document.querySelectorAll('article img, article .cell_output svg')];
+          // Output SVGs, not the copy-button icons sphinx-copybutton puts on printed output.
+          const imgs = [...document.querySelectorAll('article img, article .cell_output svg')]
+            .filter(e => !e.closest('button, .copybtn'));
           const broken = imgs.filter(e => e.tagName === 'IMG' && !(e.complete && e.naturalWidth > 0));
           return {count: imgs.length, broken: broken.map(e => e.getAttribute('src'))};
         }"""

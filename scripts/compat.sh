@@ -3,7 +3,7 @@
 #   scripts/compat.sh 2.14.1          (or: make compat TORCH=2.14.1)
 #
 # Builds .venv-torch<version> (ignored by git, kept for the next run), installs
-# torch==<version> and the package with its `test` extra, every other package at the
+# torch==<version> and the package with its `test` and `book` extras, every other package at the
 # project's pins (constraints.txt minus its torch line), then runs the unit tests and the
 # notebooks under nbval with that torch. Nothing is registered outside that venv: no
 # kernelspec (nbval runs the notebooks in the venv's own interpreter), no pytest cache.
@@ -34,7 +34,9 @@ if [ ! -x "$VPY" ]; then
     "$PY" -m venv "$VENV" || { verdict FAIL "could not create $VENV with $PY"; exit 1; }
 fi
 echo "== installing torch==$ver and the package into $VENV"
-if ! "$VPY" -m pip install -q --disable-pip-version-check -c "$cons" "torch==$ver" '.[test]'; then
+# The `book` extra too: the site, notebook-rules and JupyterLab tests use its tools.
+if ! "$VPY" -m pip install -q --disable-pip-version-check -c "$cons" "torch==$ver" \
+        '.[book,test]'; then
     verdict FAIL "pip could not install torch==$ver with the package's pins"
     exit 1
 fi
@@ -47,9 +49,8 @@ fi
 
 # The working tree's package, not the copy pip installed: what is tested is what is here.
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-# The JupyterLab test needs the `book` extra, which this venv does not install.
 echo "== unit tests"
-"$VPY" -m pytest -q -p no:cacheprovider tests --ignore=tests/test_jupyterlab.py
+"$VPY" -m pytest -q -p no:cacheprovider tests
 unit=$?
 echo "== notebooks under nbval"
 "$VPY" -m pytest -q -p no:cacheprovider --nbval --nbval-current-env \
