@@ -16,9 +16,13 @@ from typing import Callable, Pattern, Union
 
 import torch
 
-__all__ = ["show_error", "written_for"]
+__all__ = ["SHOWN_WIDTH", "show_error", "written_for"]
 
 Match = Union[str, Pattern[str]]
+
+
+#: The width of a printed error line: a notebook page scrolls sideways beyond it.
+SHOWN_WIDTH = 88
 
 
 def _first_line(exc: BaseException) -> str:
@@ -30,15 +34,35 @@ def _first_line(exc: BaseException) -> str:
     return ""
 
 
+def _first_sentence(text: str) -> str:
+    """The text up to the end of its first sentence: a full stop, question or
+    exclamation mark followed by a space. Dots inside names (``torch.fx``) and numbers
+    (``0.5``) are not followed by a space, so they do not end the sentence."""
+    found = re.search(r"[.!?](?=\s)", text)
+    return text[: found.end()] if found else text
+
+
+def _shown(exc: BaseException) -> str:
+    """The one line ``show_error`` prints: ``ExcType: first sentence``, cut with an
+    ellipsis to :data:`SHOWN_WIDTH` columns so a long torch message does not make the
+    page scroll. The check itself always runs on the full message."""
+    line = f"{type(exc).__name__}: {_first_sentence(_first_line(exc))}"
+    if len(line) > SHOWN_WIDTH:
+        line = line[: SHOWN_WIDTH - 1].rstrip() + "\u2026"
+    return line
+
+
 def show_error(
     fn: Callable[[], object], exc_type: type[BaseException], match: Match
 ) -> BaseException:
     """Call ``fn``, check that it raises ``exc_type`` with ``match`` in its message,
-    print ``ExcType: first line of the message`` and return the exception.
+    print one line, ``ExcType: first sentence of the message``, and return the exception.
 
-    ``match`` is a plain substring (``str``) or a compiled regular expression
-    (searched anywhere in the full message). The check makes the notebook fail when
-    torch stops raising, raises something else or changes what the error says.
+    ``match`` is a plain substring (``str``) or a compiled regular expression, searched
+    anywhere in the *full* message, so a chapter can assert on a hint that is not
+    printed. The check makes the notebook fail when torch stops raising, raises
+    something else or changes what the error says. The printed line is cut to
+    ``SHOWN_WIDTH`` (88) columns, ending in an ellipsis when cut.
     """
     if not callable(fn):
         raise TypeError(
@@ -74,7 +98,7 @@ def show_error(
             f"{type(caught).__name__} was raised, but its message does not contain "
             f"{shown!r}; the message was: {_first_line(caught)!r}"
         )
-    print(f"{type(caught).__name__}: {_first_line(caught)}")
+    print(_shown(caught))
     return caught
 
 

@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from autogradviz.proof import show_error, written_for
+from autogradviz.proof import SHOWN_WIDTH, show_error, written_for
 
 
 def _backward_twice() -> None:
@@ -21,15 +21,58 @@ def _backward_without_grad() -> None:
     torch.ones(2).sum().backward()
 
 
+def _inference_tensor_saved() -> None:
+    with torch.inference_mode():
+        frozen = torch.ones(2)
+    torch.ones(2, requires_grad=True) * frozen  # mul must save ``frozen``: refused
+
+
+def _raised(fn) -> BaseException:
+    """torch's own exception for ``fn``, raised afresh: the oracle for the tests."""
+    with pytest.raises(Exception) as info:
+        fn()
+    return info.value
+
+
 def test_show_error_returns_the_real_torch_error_and_prints_one_line(capsys) -> None:
     exc = show_error(_backward_twice, RuntimeError, "second time")
     assert isinstance(exc, RuntimeError)
-    # The oracle: torch's own exception, raised afresh, says the same thing.
-    with pytest.raises(RuntimeError) as info:
-        _backward_twice()
-    first = str(info.value).splitlines()[0].strip()
-    assert capsys.readouterr().out == f"RuntimeError: {first}\n"
-    assert str(exc) == str(info.value)
+    fresh = _raised(_backward_twice)
+    assert str(exc) == str(fresh)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and out.startswith("RuntimeError: ")
+
+
+def test_show_error_prints_only_the_first_sentence(capsys) -> None:
+    # torch's message has several sentences; only the first one is printed, whole,
+    # because with its type name it fits in SHOWN_WIDTH columns.
+    fresh = str(_raised(_inference_tensor_saved))
+    first, rest = fresh.split(". ", 1)
+    assert rest  # the oracle really has a second sentence
+    show_error(_inference_tensor_saved, RuntimeError, "saved for backward")
+    assert capsys.readouterr().out == f"RuntimeError: {first}.\n"
+
+
+def test_show_error_cuts_a_long_first_sentence_with_an_ellipsis(capsys) -> None:
+    fresh = str(_raised(_backward_twice))
+    show_error(_backward_twice, RuntimeError, "second time")
+    line = capsys.readouterr().out.rstrip("\n")
+    assert len(f"RuntimeError: {fresh.split('. ')[0]}.") > SHOWN_WIDTH  # long oracle
+    assert len(line) == SHOWN_WIDTH and line.endswith("\u2026")
+    assert f"RuntimeError: {fresh}".startswith(line[:-1])
+
+
+def test_show_error_matches_text_that_is_not_printed(capsys) -> None:
+    # The hint in the third sentence is checked, though only the first is printed.
+    show_error(_backward_twice, RuntimeError, "Specify retain_graph=True")
+    assert "retain_graph" not in capsys.readouterr().out
+    assert "retain_graph" in str(_raised(_backward_twice))
+
+
+def test_show_error_keeps_a_message_without_a_sentence_end(capsys) -> None:
+    fresh = str(_raised(_backward_without_grad))
+    show_error(_backward_without_grad, RuntimeError, "does not require grad")
+    assert capsys.readouterr().out == f"RuntimeError: {fresh.splitlines()[0]}\n"
 
 
 def test_show_error_accepts_a_compiled_regex(capsys) -> None:
