@@ -136,36 +136,77 @@ _EVENT_STYLE: dict[GradEventKind, tuple[str, str]] = {
 }
 
 
+# Where an event after backward k is drawn: at k + its slot. Fixed slots (not spread over
+# the events of each gap) keep, say, every optimizer step at the same x in two panels that
+# compare loops with and without zero_grad.
+_SLOT = 0.25
+
+
 def plot_gradtrace(record: GradTraceRecord, ax: Axes | None = None, title: str | None = None,
                    params: Sequence[str] | None = None) -> Figure:
-    """Grad norm per parameter after each backward; zero_grad and step are
-    vertical lines between backwards, all-reduce a line at its backward."""
+    """Grad norm per parameter across backward and zero_grad events.
+
+    Backward k is drawn at x = k; the zero_grad and step calls that follow it sit at
+    k + 0.25, k + 0.5, ... in the order they happened, as vertical lines. A parameter's
+    line drops to 0 at a zero_grad: a filled square when the gradient was zeroed, a cross
+    when it became ``None`` (no tensor at all). A zero_grad with no gradient to clear
+    (before the first backward) changes nothing and is not drawn. All-reduce is a line
+    at its backward.
+    """
     names = list(record.params if params is None else params)
     unknown = [n for n in names if n not in record.params]
     if unknown:
         raise ValueError(f"unknown parameters {unknown}; "
                          f"traced parameters are {list(record.params)}")
     fig, ax = _new_axes(ax, (8, 4))
-    for name in names:
-        pts = [(e.micro_step, e.norm) for e in record.events
-               if e.kind == "backward" and e.param == name and e.norm is not None]
-        if pts:
-            xs, ys = zip(*pts)
-            ax.plot(xs, ys, marker="o", ms=4, label=name)
-    # Events after backward k sit between k and k+1, in the order they happened.
-    gaps: dict[int, list[str]] = {}
+    # x of every backward / zero_grad / step event, one zero_grad or step call per slot
+    # (a call emits one event per parameter).
+    xs: list[float] = []
+    calls: list[tuple[str, float]] = []
+    slot, last = 0, None
     for e in record.events:
-        if e.kind in ("zero_grad", "step"):
-            kinds = gaps.setdefault(e.micro_step, [])
-            if not kinds or kinds[-1] != e.kind:  # one line per zero_grad call, not per parameter
-                kinds.append(e.kind)
+        if e.kind == "backward":
+            slot, last = 0, None
+            xs.append(float(e.micro_step))
+        elif e.kind in ("zero_grad", "step"):
+            if last != (e.kind, e.micro_step):
+                slot += 1
+                calls.append((e.kind, e.micro_step + slot * _SLOT))
+                last = (e.kind, e.micro_step)
+            xs.append(e.micro_step + slot * _SLOT)
+        else:
+            xs.append(float(e.micro_step))
+    colors: dict[str, str] = {}
+    for name in names:
+        line_x: list[float] = []
+        line_y: list[float] = []
+        for x, e in zip(xs, record.events):
+            if e.param != name:
+                continue
+            if e.kind == "backward" and e.norm is not None:
+                line_x.append(x)
+                line_y.append(e.norm)
+            elif e.kind == "zero_grad" and line_x:  # nothing to clear before the first grad
+                line_x.append(x)
+                line_y.append(0.0)
+        if line_x:
+            # steps-post: .grad keeps its value until the next event changes it.
+            (ln,) = ax.plot(line_x, line_y, marker="o", ms=4, drawstyle="steps-post",
+                            label=name)
+            colors[name] = ln.get_color()
+    labelled: set[str] = set()
+    for x, e in zip(xs, record.events):
+        if e.kind == "zero_grad" and e.param in colors:
+            label = "grad set to None" if e.action == "set_to_none" else "grad zeroed"
+            ax.plot([x], [0.0], ls="none", color=colors[e.param], ms=7, clip_on=False,
+                    zorder=3, marker="x" if e.action == "set_to_none" else "s",
+                    label=label if label not in labelled else None)
+            labelled.add(label)
     seen: set[str] = set()
-    for k, kinds in sorted(gaps.items()):
-        for j, kind in enumerate(kinds):
-            color, ls = _EVENT_STYLE[kind]
-            ax.axvline(k + (j + 1) / (len(kinds) + 1), color=color, ls=ls, lw=1.2,
-                       label=kind if kind not in seen else None)
-            seen.add(kind)
+    for kind, x in calls:
+        color, ls = _EVENT_STYLE[kind]
+        ax.axvline(x, color=color, ls=ls, lw=1.2, label=kind if kind not in seen else None)
+        seen.add(kind)
     for k in sorted({e.micro_step for e in record.events if e.kind == "allreduce"}):
         color, ls = _EVENT_STYLE["allreduce"]
         ax.axvline(k, color=color, ls=ls, lw=1.0, alpha=0.7,
@@ -174,10 +215,17 @@ def plot_gradtrace(record: GradTraceRecord, ax: Axes | None = None, title: str |
     steps = sorted({e.micro_step for e in record.events if e.kind == "backward"})
     if steps:
         ax.set_xticks(steps)
-    ax.set_xlabel("backward call (micro-step)")
-    ax.set_ylabel("‖grad‖₂ after the event")
+    if xs:
+        ax.set_xlim(min(xs) - _SLOT, max(xs) + _SLOT)
+    # In a column of panels sharing x, only the bottom one needs the axis label.
+    spec = ax.get_subplotspec()
+    if spec is None or spec.is_last_row():
+        ax.set_xlabel("backward call (micro-step)")
+    ax.set_ylabel("‖grad‖₂")
     ax.set_ylim(bottom=0)
     ax.set_title(title if title is not None else "gradient accumulation trace")
-    if names or seen:
-        ax.legend(fontsize=_SMALL, loc="upper left")
+    if ax.get_legend_handles_labels()[0]:
+        # Outside the axes, so no point hides under it.
+        ax.legend(fontsize=_SMALL, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  borderaxespad=0.0)
     return fig

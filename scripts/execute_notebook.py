@@ -25,7 +25,9 @@ KERNELSPEC = {"name": KERNEL_NAME, "display_name": "Python 3", "language": "pyth
 # Notebook-level metadata worth keeping; everything else (widgets, papermill, vscode, ...) is noise.
 KEPT_NB_METADATA = ("kernelspec", "language_info")
 # Cell-level metadata worth keeping; "execution" timestamps, "collapsed", "scrolled" are noise.
-KEPT_CELL_METADATA = ("tags", "name")
+# "jupyter" holds JupyterLab's source_hidden / outputs_hidden: how exercise solutions stay
+# hidden until the reader opens them.
+KEPT_CELL_METADATA = ("tags", "name", "jupyter")
 
 
 def merge_streams(outputs: list) -> list:

@@ -10,8 +10,6 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 REPO = Path(__file__).resolve().parent.parent
 
-
-
 import execute_notebook as ex
 
 
@@ -31,7 +29,8 @@ def _messy_notebook(path: Path, *, tag_the_error: bool = True) -> None:
                       execution_count=3, outputs=stale, metadata={"collapsed": True, "tags": ["keep"]}),  # fmt: skip
         new_code_cell("", execution_count=5, outputs=stale),
         raising,
-        new_code_cell("x + 1", execution_count=1),
+        new_code_cell("x + 1", execution_count=1,
+                      metadata={"jupyter": {"source_hidden": True}, "tags": ["solution"]}),
     ]
     nbformat.write(nb, path)
 
@@ -50,6 +49,8 @@ def test_execute_renumbers_runs_and_cleans(tmp_path: Path) -> None:
     assert code[2].outputs == []
     assert code[3].outputs[0].output_type == "error" and code[3].outputs[0].ename == "ValueError"
     assert code[4].outputs[0].data["text/plain"] == "43" and code[4].outputs[0].execution_count == 4
+    # A hidden solution stays hidden in JupyterLab after re-execution.
+    assert code[4].metadata == {"tags": ["solution"], "jupyter": {"source_hidden": True}}
     assert nb.metadata["kernelspec"]["name"] == "python3"
     assert "widgets" not in nb.metadata and "version" not in nb.metadata["language_info"]
 

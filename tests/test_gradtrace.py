@@ -100,10 +100,22 @@ def test_plot_marks_the_events() -> None:
     fig = trace.plot(params=["0.weight", "2.weight"])
     assert isinstance(fig, Figure)
     ax = fig.axes[0]
-    labels = [line.get_label() for line in ax.get_lines()]
-    assert labels[:2] == ["0.weight", "2.weight"]
-    assert labels.count("step") == 1 and labels.count("zero_grad") == 1
-    assert len(ax.get_lines()) == 2 + 4  # two params, then 2 steps + 2 zero_grads
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert {"0.weight", "2.weight", "step", "zero_grad", "grad set to None"} <= set(lines)
+    # The parameter's line: backward 1 and 2 accumulate, then zero_grad drops it to 0 at
+    # 2.5 (after the step at 2.25), and so on; the y values are torch's own grad norms.
+    line = lines["0.weight"]
+    assert list(line.get_xdata()) == [1.0, 2.0, 2.5, 3.0, 4.0, 4.5]
+    norms = trace.norms("0.weight")
+    assert list(line.get_ydata()) == [norms[0], norms[1], 0.0, norms[2], norms[3], 0.0]
+    # Vertical event lines (step dashed, zero_grad dotted), one per call, after backward 2, 4.
+    verticals = sorted(float(ln.get_xdata()[0]) for ln in ax.get_lines()
+                       if ln.get_linestyle() in ("--", ":"))
+    assert verticals == [2.25, 2.5, 4.25, 4.5]
+    # The legend sits outside the axes, so it hides no point.
+    fig.canvas.draw()
+    box, area = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert box.x0 >= area.x1
     with pytest.raises(ValueError, match="unknown parameters"):
         trace.plot(params=["nope"])
     with pytest.raises(ValueError, match="unknown parameter"):
