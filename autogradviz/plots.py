@@ -148,8 +148,9 @@ def plot_gradtrace(record: GradTraceRecord, ax: Axes | None = None, title: str |
 
     Backward k is drawn at x = k; the zero_grad and step calls that follow it sit at
     k + 0.25, k + 0.5, ... in the order they happened, as vertical lines. A parameter's
-    line drops to 0 at a zero_grad: a filled square when the gradient was zeroed, a cross
-    when it became ``None`` (no tensor at all). A zero_grad with no gradient to clear
+    line drops to 0 at a zero_grad that zeroed the gradient (a filled square); where the
+    gradient became ``None`` it has no norm, so the line breaks there (a cross under the
+    axis) until the next backward creates ``.grad`` again. A zero_grad with no gradient to clear
     (before the first backward) changes nothing and is not drawn. All-reduce is a line
     at its backward.
     """
@@ -180,26 +181,39 @@ def plot_gradtrace(record: GradTraceRecord, ax: Axes | None = None, title: str |
     for name in names:
         line_x: list[float] = []
         line_y: list[float] = []
+        measured: list[int] = []  # indices of the points that are a norm torch reported
         for x, e in zip(xs, record.events):
             if e.param != name:
                 continue
             if e.kind == "backward" and e.norm is not None:
+                measured.append(len(line_x))
                 line_x.append(x)
                 line_y.append(e.norm)
             elif e.kind == "zero_grad" and line_x:  # nothing to clear before the first grad
-                line_x.append(x)
-                line_y.append(0.0)
+                if e.action == "set_to_none":
+                    # No tensor, so no norm: the line holds its value up to the call, then
+                    # breaks until the next backward creates .grad again. Drawing 0 here
+                    # would confuse None with zeros, the very distinction zero_grad makes.
+                    line_x += [x, x]
+                    line_y += [line_y[-1], float("nan")]
+                else:
+                    line_x.append(x)
+                    line_y.append(0.0)
         if line_x:
             # steps-post: .grad keeps its value until the next event changes it.
-            (ln,) = ax.plot(line_x, line_y, marker="o", ms=4, drawstyle="steps-post",
-                            label=name)
+            (ln,) = ax.plot(line_x, line_y, marker="o", ms=4, markevery=measured,
+                            drawstyle="steps-post", label=name)
             colors[name] = ln.get_color()
     labelled: set[str] = set()
     for x, e in zip(xs, record.events):
         if e.kind == "zero_grad" and e.param in colors:
-            label = "grad set to None" if e.action == "set_to_none" else "grad zeroed"
-            ax.plot([x], [0.0], ls="none", color=colors[e.param], ms=7, clip_on=False,
-                    zorder=3, marker="x" if e.action == "set_to_none" else "s",
+            is_none = e.action == "set_to_none"
+            label = ".grad set to None" if is_none else ".grad zeroed"
+            # A zeroed grad has norm 0 and sits on the axis; a None one has no norm, so its
+            # cross is drawn under the axis (axes coordinates), off the scale of norms.
+            ax.plot([x], [-0.06 if is_none else 0.0], ls="none", color=colors[e.param],
+                    ms=7, clip_on=False, zorder=3, marker="x" if is_none else "s",
+                    transform=ax.get_xaxis_transform() if is_none else ax.transData,
                     label=label if label not in labelled else None)
             labelled.add(label)
     seen: set[str] = set()

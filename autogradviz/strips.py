@@ -45,38 +45,48 @@ def _check_per_row(per_row: int) -> None:
 
 
 def compose_strip(svgs: list[str], labels: list[str], *, per_row: int = 2,
-                  height: float = 260.0, gap: float = 14.0) -> str:
-    """Lay SVGs out in a grid, `per_row` to a row, each scaled to at most `height`,
-    with its label below. Returns one SVG document."""
+                  height: float | None = None, gap: float = 14.0) -> str:
+    """Lay SVGs out in a grid, `per_row` to a row, with each label below its drawing.
+
+    Frames keep their natural size unless `height` caps them: shrinking a tall graph to a
+    common height is what made its labels unreadable, so by default a row is as tall as
+    its tallest frame and frames sit on a common baseline. Returns one SVG document.
+    """
     if not svgs:
         raise ValueError("compose_strip() needs at least one SVG")
     if len(labels) != len(svgs):
         raise ValueError(f"compose_strip() got {len(svgs)} SVGs and {len(labels)} labels; "
                          "pass one label per SVG")
     _check_per_row(per_row)
-    row_h = height + 24  # drawing plus its label
+    if height is not None and (isinstance(height, bool) or not isinstance(height, (int, float))
+                               or height <= 0):
+        raise ValueError(f"height must be a positive number or None, got {height!r}")
+    sizes = []
+    for svg in svgs:
+        w, h, vb = _size(svg)
+        scale = height / h if height is not None and h > height else 1.0
+        sizes.append((w * scale, h * scale, vb))
+    label_h = 24.0
     parts: list[str] = []
     widths: list[float] = []
-    x = 0.0
-    for k, (svg, label) in enumerate(zip(svgs, labels)):
-        if k % per_row == 0 and k:
-            widths.append(x - gap)
-            x = 0.0
-        y0 = (k // per_row) * (row_h + gap)
-        w, h, vb = _size(svg)
-        scale = height / h if h > height else 1.0
-        fw, fh = w * scale, h * scale
-        parts.append(_ROOT.sub(
-            f'<svg x="{x:.1f}" y="{y0 + height - fh:.1f}" width="{fw:.1f}" height="{fh:.1f}" '
-            f'viewBox="{vb}" preserveAspectRatio="xMidYMax meet">', svg, count=1))
-        parts.append(f'<text x="{x + fw / 2:.1f}" y="{y0 + height + 16:.1f}" '
-                     'text-anchor="middle" font-family="Helvetica,Arial,sans-serif" '
-                     f'font-size="12">{_html.escape(label)}</text>')
-        x += fw + gap
-    widths.append(x - gap)
-    total_w = max(widths)
-    rows = (len(svgs) + per_row - 1) // per_row
-    total_h = rows * row_h + (rows - 1) * gap
+    y0 = 0.0
+    for first in range(0, len(svgs), per_row):
+        row = range(first, min(first + per_row, len(svgs)))
+        drawing_h = max(sizes[k][1] for k in row)
+        x = 0.0
+        for k in row:
+            fw, fh, vb = sizes[k]
+            parts.append(_ROOT.sub(
+                f'<svg x="{x:.1f}" y="{y0 + drawing_h - fh:.1f}" width="{fw:.1f}" '
+                f'height="{fh:.1f}" viewBox="{vb}" preserveAspectRatio="xMidYMax meet">',
+                svgs[k], count=1))
+            parts.append(f'<text x="{x + fw / 2:.1f}" y="{y0 + drawing_h + 16:.1f}" '
+                         'text-anchor="middle" font-family="Helvetica,Arial,sans-serif" '
+                         f'font-size="12">{_html.escape(labels[k])}</text>')
+            x += fw + gap
+        widths.append(x - gap)
+        y0 += drawing_h + label_h + gap
+    total_w, total_h = max(widths), y0 - gap
     return (f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
             f'width="{total_w:.1f}pt" height="{total_h:.1f}pt" '
             f'viewBox="0 0 {total_w:.1f} {total_h:.1f}">' + "".join(parts) + "</svg>")

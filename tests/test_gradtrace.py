@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import socket
 import time
 from pathlib import Path
@@ -101,13 +102,17 @@ def test_plot_marks_the_events() -> None:
     assert isinstance(fig, Figure)
     ax = fig.axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
-    assert {"0.weight", "2.weight", "step", "zero_grad", "grad set to None"} <= set(lines)
-    # The parameter's line: backward 1 and 2 accumulate, then zero_grad drops it to 0 at
-    # 2.5 (after the step at 2.25), and so on; the y values are torch's own grad norms.
+    assert {"0.weight", "2.weight", "step", "zero_grad", ".grad set to None"} <= set(lines)
+    # The parameter's line: backward 1 and 2 accumulate; the step sits at 2.25 and
+    # zero_grad at 2.5, where .grad becomes None: the line holds its value to 2.5, then
+    # breaks (NaN: None has no norm) until backward 3. The y values are torch's own norms.
     line = lines["0.weight"]
-    assert list(line.get_xdata()) == [1.0, 2.0, 2.5, 3.0, 4.0, 4.5]
+    assert list(line.get_xdata()) == [1.0, 2.0, 2.5, 2.5, 3.0, 4.0, 4.5, 4.5]
     norms = trace.norms("0.weight")
-    assert list(line.get_ydata()) == [norms[0], norms[1], 0.0, norms[2], norms[3], 0.0]
+    ys = list(line.get_ydata())
+    assert ys[:3] == [norms[0], norms[1], norms[1]] and math.isnan(ys[3])
+    assert ys[4:7] == [norms[2], norms[3], norms[3]] and math.isnan(ys[7])
+    assert all(y > 0 for y in norms)  # None is never drawn as a zero norm
     # Vertical event lines (step dashed, zero_grad dotted), one per call, after backward 2, 4.
     verticals = sorted(float(ln.get_xdata()[0]) for ln in ax.get_lines()
                        if ln.get_linestyle() in ("--", ":"))

@@ -149,3 +149,21 @@ def test_strip_is_a_grid(per_row):
         assert min(top for _, top, _ in below) >= max(bottom for _, _, bottom in above)
     with pytest.raises(ValueError, match="per_row"):
         bo.strip(per_row=0)
+
+
+def test_strip_frames_keep_their_natural_size_unless_capped():
+    from autogradviz.strips import compose_strip
+
+    tall = '<svg width="100pt" height="600pt" viewBox="0 0 100 600"></svg>'
+    short = '<svg width="80pt" height="50pt" viewBox="0 0 80 50"></svg>'
+    cells = re.findall(r'<svg x="[0-9.]+" y="([0-9.]+)" width="([0-9.]+)" height="([0-9.]+)"',
+                       compose_strip([tall, short], ["a", "b"]))
+    # Natural size: a tall graph is not shrunk to a common height (its labels would shrink).
+    assert [(float(w), float(h)) for _, w, h in cells] == [(100.0, 600.0), (80.0, 50.0)]
+    # Both sit on one baseline: the short one starts lower by the height difference.
+    assert float(cells[1][0]) - float(cells[0][0]) == 550.0
+    capped = re.findall(r'<svg x="[0-9.]+" y="[0-9.]+" width="([0-9.]+)" height="([0-9.]+)"',
+                        compose_strip([tall, short], ["a", "b"], height=300))
+    assert [(float(w), float(h)) for w, h in capped] == [(50.0, 300.0), (80.0, 50.0)]
+    with pytest.raises(ValueError, match="height"):
+        compose_strip([tall], ["a"], height=0)
