@@ -1,4 +1,5 @@
-"""`make lab` works: JupyterLab serves the chapters and runs code in the venv's kernel.
+"""`make lab` works: JupyterLab serves the chapters, runs code in the venv's kernel, and renders
+the chapter markup (callouts, anchors, hidden answers and solutions) as the book intends.
 
 Starts the same server `make lab` starts, headless on a free loopback port, then goes through
 the server the way the browser does: the REST API lists and opens the chapter notebooks, a
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -96,9 +98,14 @@ def _execute_over_websocket(port: int, token: str, kernel_id: str, code: str) ->
         ws.close()
 
 
-def test_jupyterlab_serves_chapters_and_runs_a_cell(tmp_path: Path) -> None:
-    import torch
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory):
+    """The server `make lab` starts, headless on a free loopback port: (port, token, client).
 
+    Stopped as a whole process group afterwards; the teardown checks that the port is closed
+    and that no process of the group is left.
+    """
+    tmp_path = tmp_path_factory.mktemp("lab")
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
            "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
@@ -108,6 +115,8 @@ def test_jupyterlab_serves_chapters_and_runs_a_cell(tmp_path: Path) -> None:
         f"--ServerApp.token={token}", "--ServerApp.open_browser=False", "--ServerApp.port_retries=0",
         "--ServerApp.allow_root=True", f"--notebook-dir={NOTEBOOKS}",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        # No "would you like news?" pop-up over the page in the browser test.
+        "--LabApp.news_url=None",
     ]  # fmt: skip
     log = (tmp_path / "lab.log").open("w")
     # Its own session, so the server and every kernel it starts can be stopped as one group.
@@ -123,37 +132,7 @@ def test_jupyterlab_serves_chapters_and_runs_a_cell(tmp_path: Path) -> None:
             except (urllib.error.URLError, ConnectionError):
                 assert time.monotonic() < deadline, f"jupyter lab did not answer in {START_TIMEOUT_S} s"
                 time.sleep(0.3)
-
-        # Without the token the server refuses: the check above really went through authentication.
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(f"{server.base}/api/contents", timeout=10)
-        assert refused.value.code == 403
-
-        listing = server.call("GET", "/api/contents")
-        listed = sorted(item["name"] for item in listing["content"] if item["type"] == "notebook")
-        assert listed == sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
-        for name in listed:
-            model = server.call("GET", f"/api/contents/{name}")
-            assert model["type"] == "notebook" and model["content"]["nbformat"] == 4, name
-
-        spec = server.call("GET", "/api/kernelspecs")["kernelspecs"]["python3"]["spec"]
-        # Compare unresolved paths: a venv's python is a symlink to the base interpreter.
-        assert Path(os.path.abspath(spec["argv"][0])).is_relative_to(os.path.abspath(sys.prefix)), (
-            f"the python3 kernel runs {spec['argv'][0]}, not this environment ({sys.prefix}); run `make setup`"
-        )
-        kernel = server.call("POST", "/api/kernels", {"name": "python3"})
-        code = (
-            "import autogradviz, torch, pathlib\n"
-            "print(torch.__version__)\n"
-            "print(pathlib.Path(autogradviz.__file__).resolve().parent.parent)\n"
-        )
-        status, out = _execute_over_websocket(port, token, kernel["id"], code)
-        assert status == "ok", out
-        assert out.splitlines() == [torch.__version__, str(REPO)]
-        status, out = _execute_over_websocket(port, token, kernel["id"], "raise ValueError('on purpose')")
-        assert status == "error" and "ValueError: on purpose" in out
-        server.call("DELETE", f"/api/kernels/{kernel['id']}")
-        assert server.call("GET", "/api/kernels") == []
+        yield port, token, server
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -167,3 +146,94 @@ def test_jupyterlab_serves_chapters_and_runs_a_cell(tmp_path: Path) -> None:
     assert not _port_open(port), f"port {port} still answers after the server was stopped"
     with pytest.raises(ProcessLookupError):  # no process of the group is left
         os.killpg(proc.pid, 0)
+
+
+def test_jupyterlab_serves_chapters_and_runs_a_cell(lab) -> None:
+    import torch
+
+    port, token, server = lab
+    # Without the token the server refuses: the check above really went through authentication.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{server.base}/api/contents", timeout=10)
+    assert refused.value.code == 403
+
+    listing = server.call("GET", "/api/contents")
+    listed = sorted(item["name"] for item in listing["content"] if item["type"] == "notebook")
+    assert listed == sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    for name in listed:
+        model = server.call("GET", f"/api/contents/{name}")
+        assert model["type"] == "notebook" and model["content"]["nbformat"] == 4, name
+
+    spec = server.call("GET", "/api/kernelspecs")["kernelspecs"]["python3"]["spec"]
+    # Compare unresolved paths: a venv's python is a symlink to the base interpreter.
+    assert Path(os.path.abspath(spec["argv"][0])).is_relative_to(os.path.abspath(sys.prefix)), (
+        f"the python3 kernel runs {spec['argv'][0]}, not this environment ({sys.prefix}); run `make setup`"
+    )
+    kernel = server.call("POST", "/api/kernels", {"name": "python3"})
+    code = (
+        "import autogradviz, torch, pathlib\n"
+        "print(torch.__version__)\n"
+        "print(pathlib.Path(autogradviz.__file__).resolve().parent.parent)\n"
+    )
+    status, out = _execute_over_websocket(port, token, kernel["id"], code)
+    assert status == "ok", out
+    assert out.splitlines() == [torch.__version__, str(REPO)]
+    status, out = _execute_over_websocket(port, token, kernel["id"], "raise ValueError('on purpose')")
+    assert status == "error" and "ValueError: on purpose" in out
+    server.call("DELETE", f"/api/kernels/{kernel['id']}")
+    assert server.call("GET", "/api/kernels") == []
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium not installed (make setup-browser)")
+@pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
+def test_chapter_markup_renders_in_jupyterlab(lab, name: str) -> None:
+    """What the chapter markup promises in JupyterLab, seen in a real browser.
+
+    The callouts pick up JupyterLab's own alert colours, every `<a id="q<n>">` anchor
+    survives its sanitiser (as the data-jupyter-id that its "#q<n>" links resolve to),
+    quiz answers are closed <details>, and each solution cell's source is collapsed.
+    """
+    import nbformat
+    from playwright.sync_api import sync_playwright
+
+    port, token, _ = lab
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    solutions = sum("solution" in c.metadata.get("tags", []) for c in nb.cells)
+    questions = sorted({int(m) for c in nb.cells if c.cell_type == "markdown"
+                        for m in re.findall(r'<a id="q(\d+)"></a>', c.source)})
+    details = sum(c.source.count("<details>") for c in nb.cells if c.cell_type == "markdown")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page.goto(f"http://127.0.0.1:{port}/lab/tree/{name}?token={token}")
+            page.wait_for_selector(".jp-MarkdownCell .jp-RenderedHTMLCommon", timeout=60_000)
+            # JupyterLab renders cells lazily; wait until every markdown cell has rendered.
+            page.wait_for_function(
+                f"document.querySelectorAll('.jp-RenderedHTMLCommon details').length >= {details}",
+                timeout=60_000)
+            seen = page.evaluate("""() => {
+              const bg = sel => Array.from(document.querySelectorAll(sel))
+                  .map(e => getComputedStyle(e).backgroundColor);
+              return {
+                tips: bg('.jp-RenderedHTMLCommon div.admonition.tip'),
+                warnings: bg('.jp-RenderedHTMLCommon div.admonition.warning'),
+                anchors: Array.from(document.querySelectorAll('.jp-RenderedHTMLCommon a[data-jupyter-id]'))
+                    .map(a => a.getAttribute('data-jupyter-id')),
+                closed: Array.from(document.querySelectorAll('.jp-RenderedHTMLCommon details'))
+                    .filter(d => !d.open).length,
+                hidden_inputs: document.querySelectorAll('.jp-InputPlaceholder').length,
+              };
+            }""")
+        finally:
+            browser.close()
+    transparent = "rgba(0, 0, 0, 0)"
+    assert len(seen["tips"]) >= len(questions) and transparent not in seen["tips"], seen["tips"]
+    assert len(seen["warnings"]) >= len(questions) and transparent not in seen["warnings"], seen["warnings"]
+    assert set(seen["tips"]).isdisjoint(seen["warnings"])  # the two kinds look different
+    assert sorted(int(a[1:]) for a in seen["anchors"] if a[1:].isdigit()) == questions
+    assert seen["closed"] == details
+    assert seen["hidden_inputs"] == solutions
