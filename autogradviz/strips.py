@@ -151,5 +151,6 @@ def live_strip(lg: LiveGraph, max_frames: int = 6, *, per_row: int = 2,
     if n > 1 and max_frames > 1:
         picks = sorted({round(i * (n - 1) / (max_frames - 1)) for i in range(max_frames)})
     svgs = [render_svg(lg.frames[i], **options) for i in picks]
-    labels = [f"{lg.frames[i].num_functions} Nodes" for i in picks]
+    # The frame's own caption already counts its Nodes; the label says where it falls.
+    labels = [f"frame {i + 1} of {n}" for i in picks]
     return SVG(compose_strip(svgs, labels, per_row=per_row))

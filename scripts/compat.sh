@@ -5,8 +5,8 @@
 # Builds .venv-torch<version> (ignored by git, kept for the next run), installs
 # torch==<version> and the package with its `test` and `book` extras, every other package at the
 # project's pins (constraints.txt minus its torch line), then runs the unit tests and the
-# notebooks under nbval with that torch. Nothing is registered outside that venv: no
-# kernelspec (nbval runs the notebooks in the venv's own interpreter), no pytest cache.
+# notebooks under nbval with that torch. Nothing is registered outside that venv: its
+# "python3" kernelspec lives in the venv (--sys-prefix), and there is no pytest cache.
 # Ends with one verdict line; the exit status is 0 only when everything passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +40,9 @@ if ! "$VPY" -m pip install -q --disable-pip-version-check -c "$cons" "torch==$ve
     verdict FAIL "pip could not install torch==$ver with the package's pins"
     exit 1
 fi
+# The notebooks' kernelspec "python3" must start this venv's interpreter (the JupyterLab test
+# checks it); --sys-prefix keeps the registration inside the venv, as scripts/setup.sh does.
+"$VPY" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (torch $ver)" >/dev/null
 got=$("$VPY" -c 'import torch; print(torch.__version__)')
 echo "== torch $got in $VENV (install $((SECONDS - start)) s)"
 if [ "${got%%+*}" != "$ver" ]; then

@@ -86,6 +86,10 @@ def test_display_messages_live_handle_then_final_frame(monkeypatch):
     assert frames[0] != frames[-1]
     strip = lg.strip(max_frames=3)
     assert strip.text.count("<svg") == 1 + 3
+    # Frames are labelled by position (first, middle, last of the forward pass), not by a
+    # Node count that each frame's own caption already gives.
+    n = len(lg.frames)
+    assert [f"frame {k} of {n}" in strip.text for k in (1, round((n - 1) / 2) + 1, n)] == [True] * 3
 
 
 _NOTEBOOK_CELL = """\
