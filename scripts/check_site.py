@@ -14,7 +14,8 @@ case every request to another host is blocked and reported. It checks:
   width; every image has alt text that is not a file name; each "Q<n>." section holds at least
   two callouts; hidden answers are there and closed (recall-quiz <details>, solution cells
   collapsed); code lines that scroll sideways are counted (reported, not failed);
-- at a 390 px (phone) window, the navigation button opens the sidebar;
+- at a 390 px (phone) window, the navigation button opens the sidebar, and no code or output
+  block scrolls sideways (they wrap);
 - the question index: it lists every question of book/questions.yml, each link's anchor exists
   in the target page, and questions still to come are greyed out;
 - the revision sheet lists every question whose chapter is written;
@@ -242,6 +243,33 @@ def _check_phone_navigation(page, url: str, name: str, report: SiteReport) -> bo
     return opened
 
 
+_PHONE_JS = r"""() => {
+  const art = document.querySelector('article');
+  const pres = [...art.querySelectorAll('pre')];
+  const imgs = [...art.querySelectorAll('.cell_output img')].filter(i => i.naturalWidth > 0);
+  const scales = imgs.map(i => i.getBoundingClientRect().width / i.naturalWidth);
+  return {pres: pres.length, wide: pres.filter(p => p.scrollWidth > p.clientWidth + 1).length,
+          minScale: scales.length ? Math.min(...scales) : 1};
+}"""
+
+
+def _check_phone_layout(page, url: str, name: str, report: SiteReport) -> str:
+    """At phone width code and printed output wrap instead of scrolling sideways (book.css);
+    the smallest figure scale is reported, as a phone reader can zoom."""
+    page.set_viewport_size(PHONE)
+    try:
+        page.goto(url, wait_until="load")
+        r = page.evaluate(_PHONE_JS)
+    finally:
+        page.set_viewport_size(DESKTOP)
+    if r["wide"]:
+        report.problems.append(
+            f"{name}: at {PHONE['width']} px {r['wide']} of {r['pres']} code/output blocks scroll sideways; "
+            "they should wrap (book.css, max-width 576px)"
+        )
+    return f"phone: {r['wide']}/{r['pres']} blocks scroll, smallest figure at {r['minScale']:.0%} of natural"
+
+
 def _page_ids(page, url: str) -> set[str]:
     page.goto(url, wait_until="domcontentloaded")
     return set(page.evaluate("() => [...document.querySelectorAll('[id]')].map(e => e.id)"))
@@ -460,7 +488,10 @@ def check_site(site: Path, shots: Path) -> SiteReport:
                     if found:
                         report.screenshots.append(shots / "ch01-figure.png")
                         page.screenshot(path=str(shots / "ch01-figure.png"))
-                    if _check_phone_navigation(page, url, rel, report):
+                opened = _check_phone_navigation(page, url, rel, report)
+                report.pages[rel] += "; " + _check_phone_layout(page, url, rel, report)
+                if rel == chapters[0]:
+                    if opened:
                         page.set_viewport_size(PHONE)
                         page.goto(url, wait_until="load")
                         page.locator("button.primary-toggle:visible").first.click(timeout=3_000)

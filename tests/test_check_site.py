@@ -5,7 +5,8 @@ checks it in headless Chromium, then breaks copies: one in four ways at once (a 
 missing MathJax, a chapter without figures, a question link to a missing anchor), one in the
 chapter-standard ways (a figure shrunk to nothing, a hash file name as alt text, a callout and
 the quiz answers gone, an open solution, a revision sheet missing a question, a dead menu
-button, a search that does not land on its question), and checks that each is reported.
+button, a search that does not land on its question, a code block that scrolls sideways on
+a phone), and checks that each is reported.
 """
 from __future__ import annotations
 
@@ -90,6 +91,9 @@ def test_chapter_standard_breaks_are_caught(site: Path, tmp_path: Path) -> None:
     html = html[:warn] + html[warn:].replace("admonition warning", "plain-box", 1)
     html = re.sub(r"<details>.*?</details>", "", html, flags=re.S)
     html = html.replace('<details class="admonition hide above-input">', '<details class="admonition hide above-input" open>')
+    # A block that refuses to wrap: on a phone it scrolls sideways.
+    unwrapped = '<pre style="white-space: pre !important">' + "x = 1  # " + "y" * 150 + "</pre>"
+    html = html.replace('id="q2"', 'id="q2"></span>' + unwrapped + '<span', 1)
     chapter.write_text(html)
     # The search page without the book's script: the hit lands on the top of the chapter.
     search = broken / "search.html"
@@ -108,6 +112,7 @@ def test_chapter_standard_breaks_are_caught(site: Path, tmp_path: Path) -> None:
     assert "1 of 1 solution cells are not collapsed" in problems
     assert "revision sheet: written questions missing: ['Q3']" in problems
     assert "navigation button does not open the sidebar" in problems
+    assert re.search(r"at 390 px 1 of \d+ code/output blocks scroll sideways", problems), problems
     assert f"the hit for '{SEARCH_WORD}' goes to" in problems
 
 
