@@ -16,7 +16,6 @@ Every public name is listed, with what it records or draws, in the README.
 """
 from __future__ import annotations
 
-from .stepper import backward_order
 from .gradtrace import GRAD_ACTIONS, GRAD_EVENT_KINDS, trace_grads
 from .graph import trace
 from .live import live
@@ -30,6 +29,7 @@ from .records import (
 )
 from .render import SVG, GraphvizNotFound, LayoutPolicy
 from .rollup import roll_up
+from .stepper import backward_order
 
 __all__: list[str] = [
     "BackwardOrder",
