@@ -4,7 +4,8 @@
     ``if TYPE_CHECKING:``) form no cycle. Function-level imports that would close a
     cycle are allowed only as the documented lazy imports of a view by a record
     (``Graph.svg`` reaching render.py, and so on), listed in LAZY_VIEW_IMPORTS.
-(b) records.py and the matplotlib views (plots.py) import no torch: neither directly
+(b) records.py and the views that need no torch (plots.py, storage_view.py,
+    dispatch_view.py) import no torch: neither directly
     nor through the package modules they import at module level.
 """
 from __future__ import annotations
@@ -23,8 +24,10 @@ LAZY_VIEW_IMPORTS = {
     ("records", "strips"),  # BackwardOrder.strip/animation, LiveGraph.strip
     ("records", "plots"),  # MemoryRecord.plot, GradTraceRecord.plot
     ("records", "module_view"),  # ModuleGraph's drawing
+    ("records", "storage_view"),  # StorageMap's drawing
+    ("records", "dispatch_view"),  # DispatchTrace's tables
 }
-TORCH_FREE = ("records", "plots")
+TORCH_FREE = ("records", "plots", "storage_view", "dispatch_view")
 
 
 def _is_type_checking(test: ast.expr) -> bool:
