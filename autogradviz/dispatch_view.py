@@ -18,9 +18,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: the record reaches this module lazily
     from .records import DispatchEvent, DispatchTrace, TensorMeta
 
-__all__ = ["text_table", "html_table", "groups", "shapes_text", "HEADERS"]
+__all__ = ["text_table", "html_table", "groups", "shapes_text", "short_op", "HEADERS",
+           "COMPACT_HEADERS"]
 
 HEADERS = ("#", "phase", "Python call", "ATen op", "input shapes", "output shapes")
+#: The narrow form (``compact=True``) for a page column or a phone: no row number, the
+#: phase abbreviated, ``aten.`` and ``.default`` dropped, shapes as "inputs → outputs".
+COMPACT_HEADERS = ("phase", "Python call", "ATen op", "shapes (in → out)")
 _MAX_SHAPES = 4  # per cell; more are counted ("+2 more") so a cat of 50 stays one line
 _PHASE_FILL = {"forward": "#e8eef7", "backward": "#fde9d9"}
 _CELL = "padding:1px 6px;text-align:left;vertical-align:top;border-bottom:1px solid #eee"
@@ -78,22 +82,41 @@ def _shown(trace: DispatchTrace, max_rows: int | None) -> tuple[list[DispatchEve
     return list(events), len(trace.events) - len(events)
 
 
-def text_table(trace: DispatchTrace, max_rows: int | None = None) -> str:
-    """The trace as a fixed-width text table (all rows when `max_rows` is None)."""
+def short_op(op: str) -> str:
+    """``aten.addmm.default`` -> ``addmm``; a named overload stays (``sum.dim_IntList``)."""
+    name = op.removeprefix("aten.")
+    return name.removesuffix(".default")
+
+
+def _row(e: DispatchEvent, call: str, compact: bool) -> tuple[str, ...]:
+    if compact:
+        return ("fw" if e.phase == "forward" else "bw", call, short_op(e.op),
+                f"{shapes_text(e.inputs)} → {shapes_text(e.outputs)}")
+    return (str(e.index), e.phase, call, e.op, shapes_text(e.inputs), shapes_text(e.outputs))
+
+
+def text_table(trace: DispatchTrace, max_rows: int | None = None,
+               compact: bool = False) -> str:
+    """The trace as a fixed-width text table (all rows when `max_rows` is None).
+
+    ``compact=True`` gives the narrow form of `COMPACT_HEADERS`, which fits an 88-column
+    page for calls such as ``F.linear`` forward and backward.
+    """
     events, hidden = _shown(trace, max_rows)
+    headers = COMPACT_HEADERS if compact else HEADERS
     rows: list[tuple[str, ...]] = []
     for label, run in groups(events):
         indent = "  " if label.startswith("▸") else ""
         for k, e in enumerate(run):
-            rows.append((str(e.index), e.phase, indent + label if k == 0 else "", e.op,
-                         shapes_text(e.inputs), shapes_text(e.outputs)))
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(HEADERS)]
+            rows.append(_row(e, indent + label if k == 0 else "", compact))
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        first = cells[0].rjust(widths[0])
-        return "  ".join([first] + [c.ljust(w) for c, w in zip(cells[1:], widths[1:])]).rstrip()
+        first = cells[0] if compact else cells[0].rjust(widths[0])
+        return "  ".join([first.ljust(widths[0]) if compact else first]
+                         + [c.ljust(w) for c, w in zip(cells[1:], widths[1:])]).rstrip()
 
-    out = [trace.caption(), line(HEADERS), line(["-" * w for w in widths])]
+    out = [trace.caption(), line(headers), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
     if hidden:
         out.append(f"… {hidden} more rows (table(max_rows=None) shows all)")
@@ -121,24 +144,34 @@ def _inputs_title(e: DispatchEvent) -> str:
     return "\n".join(f"{m.path} {_shape(m)}: {', '.join(k)}" for m, k in zip(e.inputs, keys))
 
 
-def html_table(trace: DispatchTrace, max_rows: int | None = None) -> str:
-    """The trace as one HTML table with inline styles (they survive notebook sanitizers)."""
+def html_table(trace: DispatchTrace, max_rows: int | None = None,
+               compact: bool = False) -> str:
+    """The trace as one HTML table with inline styles (they survive notebook sanitizers);
+    ``compact=True`` gives the narrow form, as in `text_table`."""
     events, hidden = _shown(trace, max_rows)
+    headers = COMPACT_HEADERS if compact else HEADERS
     head = "".join(f"<th style='{_CELL};border-bottom:1px solid #999'>{html.escape(h)}</th>"
-                   for h in HEADERS)
+                   for h in headers)
     body = []
     for label, run in groups(events):
         for k, e in enumerate(run):
-            cells = [f"<td style='{_CELL};text-align:right;color:#888'>{e.index}</td>",
-                     f"<td style='{_CELL};background:{_PHASE_FILL[e.phase]}'>{e.phase}</td>"]
+            phase = ("fw" if e.phase == "forward" else "bw") if compact else e.phase
+            cells = [] if compact else [
+                f"<td style='{_CELL};text-align:right;color:#888'>{e.index}</td>"]
+            cells.append(f"<td style='{_CELL};background:{_PHASE_FILL[e.phase]}'>{phase}</td>")
             if k == 0:
                 pad = "padding-left:18px;" if label.startswith("▸") else ""
                 cells.append(f"<td rowspan='{len(run)}' style='{_CELL};{pad}"
                              f"font-family:sans-serif'>{html.escape(label)}</td>")
-            cells += [f"<td style='{_CELL}'>{_op_html(e.op)}</td>",
-                      f"<td style='{_CELL}' title='{html.escape(_inputs_title(e))}'>"
-                      f"{_shapes_html(e.inputs)}</td>",
-                      f"<td style='{_CELL}'>{_shapes_html(e.outputs)}</td>"]
+            if compact:
+                cells += [f"<td style='{_CELL}'>{html.escape(short_op(e.op))}</td>",
+                          f"<td style='{_CELL}' title='{html.escape(_inputs_title(e))}'>"
+                          f"{_shapes_html(e.inputs)} → {_shapes_html(e.outputs)}</td>"]
+            else:
+                cells += [f"<td style='{_CELL}'>{_op_html(e.op)}</td>",
+                          f"<td style='{_CELL}' title='{html.escape(_inputs_title(e))}'>"
+                          f"{_shapes_html(e.inputs)}</td>",
+                          f"<td style='{_CELL}'>{_shapes_html(e.outputs)}</td>"]
             body.append("<tr>" + "".join(cells) + "</tr>")
     notes = ([f"… {hidden} more rows (dt.html(max_rows=None) shows all)"] if hidden else [])
     notes += _keys_summary(trace)

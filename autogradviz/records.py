@@ -777,13 +777,14 @@ class DispatchTrace:
         return text
 
     # The view is reached through `_dispatch_view()`, this record's one lazy import.
-    def table(self, max_rows: int | None = None) -> str:
-        """Plain-text table: #, phase, Python call, ATen op, input and output shapes."""
-        return _dispatch_view().text_table(self, max_rows=max_rows)
+    def table(self, max_rows: int | None = None, compact: bool = False) -> str:
+        """Plain-text table: #, phase, Python call, ATen op, input and output shapes;
+        ``compact=True`` for the narrow form (phase, call, op, shapes in → out)."""
+        return _dispatch_view().text_table(self, max_rows=max_rows, compact=compact)
 
-    def html(self, max_rows: int | None = None) -> str:
-        """The same table as HTML (what Jupyter shows)."""
-        return _dispatch_view().html_table(self, max_rows=max_rows)
+    def html(self, max_rows: int | None = None, compact: bool = False) -> str:
+        """The same table as HTML (what Jupyter shows); ``compact`` as in `table`."""
+        return _dispatch_view().html_table(self, max_rows=max_rows, compact=compact)
 
     def _repr_html_(self) -> str:
         return self.html(max_rows=300)  # a training loop's trace would swamp the notebook

@@ -262,3 +262,23 @@ def test_tables_show_every_event_and_the_record_pickles():
     again = pickle.loads(pickle.dumps(dt))
     assert again.events == dt.events and again.table() == text
     assert set(DISPATCH_PHASES) == {e.phase for e in dt.events}
+
+
+def test_compact_table_fits_a_page_and_keeps_every_op():
+    from autogradviz.dispatch_view import short_op
+
+    x, w, b = _linear_args()
+    with trace_dispatch() as dt:
+        F.linear(x, w, b).sum().backward()
+    text = dt.table(compact=True)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 88  # a notebook page's code width
+    rows = [ln.split() for ln in lines[3:] if ln[:2] in ("fw", "bw")]
+    assert len(rows) == len(dt)
+    for cells, e in zip(rows, dt.events):
+        assert cells[0] == ("fw" if e.phase == "forward" else "bw")
+        assert short_op(e.op) in cells and "→" in cells
+    assert short_op("aten.addmm.default") == "addmm"
+    assert short_op("aten.sum.dim_IntList") == "sum.dim_IntList"
+    page = dt.html(compact=True)
+    assert page.count("<tr>") == len(dt) + 1 and "aten." not in page.split("<tbody>")[1]
