@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: the record reaches this module lazily
     from .records import DispatchEvent, DispatchTrace, TensorMeta
 
-__all__ = ["text_table", "html_table", "groups", "shapes_text", "short_op", "HEADERS",
-           "COMPACT_HEADERS"]
+__all__ = ["text_table", "html_table", "groups", "shapes_text", "short_op", "short_call",
+           "HEADERS", "COMPACT_HEADERS"]
 
 HEADERS = ("#", "phase", "Python call", "ATen op", "input shapes", "output shapes")
 #: The narrow form (``compact=True``) for a page column or a phone: no row number, the
@@ -80,6 +80,11 @@ def _shown(trace: DispatchTrace, max_rows: int | None) -> tuple[list[DispatchEve
         raise ValueError(f"max_rows must be a positive int or None, got {max_rows!r}")
     events = trace.events if max_rows is None else trace.events[:max_rows]
     return list(events), len(trace.events) - len(events)
+
+
+def short_call(name: str) -> str:
+    """``torch.nn.functional.linear`` -> ``F.linear``: the spelling people write."""
+    return name.replace("torch.nn.functional.", "F.", 1)
 
 
 def short_op(op: str) -> str:
@@ -149,24 +154,31 @@ def html_table(trace: DispatchTrace, max_rows: int | None = None,
     """The trace as one HTML table with inline styles (they survive notebook sanitizers);
     ``compact=True`` gives the narrow form, as in `text_table`."""
     events, hidden = _shown(trace, max_rows)
-    headers = COMPACT_HEADERS if compact else HEADERS
+    # Compact (a phone's ~360 px): the phase is only the row's colour band, the call is
+    # spelled short, and the shapes sit on a second line under the op.
+    headers = ("", "Python call", "ATen op (shapes in → out)") if compact else HEADERS
     head = "".join(f"<th style='{_CELL};border-bottom:1px solid #999'>{html.escape(h)}</th>"
                    for h in headers)
     body = []
     for label, run in groups(events):
         for k, e in enumerate(run):
-            phase = ("fw" if e.phase == "forward" else "bw") if compact else e.phase
-            cells = [] if compact else [
-                f"<td style='{_CELL};text-align:right;color:#888'>{e.index}</td>"]
-            cells.append(f"<td style='{_CELL};background:{_PHASE_FILL[e.phase]}'>{phase}</td>")
+            cells = []
+            if compact:
+                cells.append(f"<td title='{e.phase}' style='width:4px;padding:0;"
+                             f"background:{_PHASE_FILL[e.phase]}'></td>")
+            else:
+                cells += [f"<td style='{_CELL};text-align:right;color:#888'>{e.index}</td>",
+                          f"<td style='{_CELL};background:{_PHASE_FILL[e.phase]}'>"
+                          f"{e.phase}</td>"]
             if k == 0:
                 pad = "padding-left:18px;" if label.startswith("▸") else ""
+                shown = short_call(label) if compact else label
                 cells.append(f"<td rowspan='{len(run)}' style='{_CELL};{pad}"
-                             f"font-family:sans-serif'>{html.escape(label)}</td>")
+                             f"font-family:sans-serif'>{html.escape(shown)}</td>")
             if compact:
-                cells += [f"<td style='{_CELL}'>{html.escape(short_op(e.op))}</td>",
-                          f"<td style='{_CELL}' title='{html.escape(_inputs_title(e))}'>"
-                          f"{_shapes_html(e.inputs)} → {_shapes_html(e.outputs)}</td>"]
+                cells.append(f"<td style='{_CELL}' title='{html.escape(_inputs_title(e))}'>"
+                             f"{html.escape(short_op(e.op))}<br><span style='color:#666'>"
+                             f"{_shapes_html(e.inputs)} → {_shapes_html(e.outputs)}</span></td>")
             else:
                 cells += [f"<td style='{_CELL}'>{_op_html(e.op)}</td>",
                           f"<td style='{_CELL}' title='{html.escape(_inputs_title(e))}'>"
@@ -174,6 +186,8 @@ def html_table(trace: DispatchTrace, max_rows: int | None = None,
                           f"<td style='{_CELL}'>{_shapes_html(e.outputs)}</td>"]
             body.append("<tr>" + "".join(cells) + "</tr>")
     notes = ([f"… {hidden} more rows (dt.html(max_rows=None) shows all)"] if hidden else [])
+    if compact:
+        notes.append("left band: blue forward, orange backward")
     notes += _keys_summary(trace)
     foot = "".join(f"<div style='color:#555;margin-top:2px'>{html.escape(n)}</div>"
                    for n in notes)

@@ -282,3 +282,5 @@ def test_compact_table_fits_a_page_and_keeps_every_op():
     assert short_op("aten.sum.dim_IntList") == "sum.dim_IntList"
     page = dt.html(compact=True)
     assert page.count("<tr>") == len(dt) + 1 and "aten." not in page.split("<tbody>")[1]
+    assert "F.linear" in page and "torch.nn.functional.linear" not in page
+    assert "blue forward, orange backward" in page
