@@ -46,7 +46,7 @@ def _check_per_row(per_row: int) -> None:
 
 def compose_strip(svgs: list[str], labels: list[str], *, per_row: int = 2,
                   height: float | None = None, gap: float = 14.0) -> str:
-    """Lay SVGs out in a grid, `per_row` to a row, with each label below its drawing.
+    """Lay SVGs out in a grid, `per_row` to a row, with each label above its drawing.
 
     Frames keep their natural size unless `height` caps them: shrinking a tall graph to a
     common height is what made its labels unreadable, so by default a row is as tall as
@@ -66,6 +66,8 @@ def compose_strip(svgs: list[str], labels: list[str], *, per_row: int = 2,
         w, h, vb = _size(svg)
         scale = height / h if height is not None and h > height else 1.0
         sizes.append((w * scale, h * scale, vb))
+    # Each label sits above its drawing: below it, a label read as the title of the
+    # drawing after it once frames stack one per row.
     label_h = 24.0
     parts: list[str] = []
     widths: list[float] = []
@@ -77,12 +79,12 @@ def compose_strip(svgs: list[str], labels: list[str], *, per_row: int = 2,
         for k in row:
             fw, fh, vb = sizes[k]
             parts.append(_ROOT.sub(
-                f'<svg x="{x:.1f}" y="{y0 + drawing_h - fh:.1f}" width="{fw:.1f}" '
+                f'<svg x="{x:.1f}" y="{y0 + label_h + drawing_h - fh:.1f}" width="{fw:.1f}" '
                 f'height="{fh:.1f}" viewBox="{vb}" preserveAspectRatio="xMidYMax meet">',
                 svgs[k], count=1))
-            parts.append(f'<text x="{x + fw / 2:.1f}" y="{y0 + drawing_h + 16:.1f}" '
+            parts.append(f'<text x="{x + fw / 2:.1f}" y="{y0 + 16:.1f}" '
                          'text-anchor="middle" font-family="Helvetica,Arial,sans-serif" '
-                         f'font-size="12">{_html.escape(labels[k])}</text>')
+                         f'font-size="12" font-weight="bold">{_html.escape(labels[k])}</text>')
             x += fw + gap
         widths.append(x - gap)
         y0 += drawing_h + label_h + gap

@@ -209,7 +209,11 @@ def test_chapter_markup_renders_in_jupyterlab(lab, name: str) -> None:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 900})
-            page.goto(f"http://127.0.0.1:{port}/lab/tree/{name}?token={token}")
+            # A workspace of its own, reset: otherwise JupyterLab reopens the chapters an
+            # earlier test opened, and their cells would be counted too.
+            workspace = "ch" + name.split("_")[0]
+            page.goto(f"http://127.0.0.1:{port}/lab/workspaces/{workspace}/tree/{name}"
+                      f"?reset&token={token}")
             page.wait_for_selector(".jp-MarkdownCell .jp-RenderedHTMLCommon", timeout=60_000)
             # JupyterLab renders cells lazily; wait until every markdown cell has rendered.
             page.wait_for_function(

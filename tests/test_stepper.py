@@ -162,6 +162,10 @@ def test_strip_frames_keep_their_natural_size_unless_capped():
     assert [(float(w), float(h)) for _, w, h in cells] == [(100.0, 600.0), (80.0, 50.0)]
     # Both sit on one baseline: the short one starts lower by the height difference.
     assert float(cells[1][0]) - float(cells[0][0]) == 550.0
+    # Each label sits above its drawing (a label below reads as the next frame's title).
+    label_ys = [float(y) for y in re.findall(r'<text x="[0-9.]+" y="([0-9.]+)"',
+                                            compose_strip([tall, short], ["a", "b"]))]
+    assert all(y < float(cells[0][0]) for y in label_ys)
     capped = re.findall(r'<svg x="[0-9.]+" y="[0-9.]+" width="([0-9.]+)" height="([0-9.]+)"',
                         compose_strip([tall, short], ["a", "b"], height=300))
     assert [(float(w), float(h)) for w, h in capped] == [(50.0, 300.0), (80.0, 50.0)]
