@@ -14,8 +14,8 @@ case every request to another host is blocked and reported. It checks:
   width; every image has alt text that is not a file name; each "Q<n>." section holds at least
   two callouts; hidden answers are there and closed (recall-quiz <details>, solution cells
   collapsed); code lines that scroll sideways are counted (reported, not failed);
-- at a 390 px (phone) window, the navigation button opens the sidebar, and no code or output
-  block scrolls sideways (they wrap);
+- at a 390 px (phone) window, the navigation button opens the sidebar, no code or output
+  block scrolls sideways (they wrap), and the page itself is no wider than the screen;
 - the question index: it lists every question of book/questions.yml, each link's anchor exists
   in the target page, and questions still to come are greyed out;
 - the revision sheet lists every question whose chapter is written;
@@ -249,7 +249,8 @@ _PHONE_JS = r"""() => {
   const imgs = [...art.querySelectorAll('.cell_output img')].filter(i => i.naturalWidth > 0);
   const scales = imgs.map(i => i.getBoundingClientRect().width / i.naturalWidth);
   return {pres: pres.length, wide: pres.filter(p => p.scrollWidth > p.clientWidth + 1).length,
-          minScale: scales.length ? Math.min(...scales) : 1};
+          minScale: scales.length ? Math.min(...scales) : 1,
+          pageWidth: document.documentElement.scrollWidth, viewport: window.innerWidth};
 }"""
 
 
@@ -266,6 +267,11 @@ def _check_phone_layout(page, url: str, name: str, report: SiteReport) -> str:
         report.problems.append(
             f"{name}: at {PHONE['width']} px {r['wide']} of {r['pres']} code/output blocks scroll sideways; "
             "they should wrap (book.css, max-width 576px)"
+        )
+    if r["pageWidth"] > r["viewport"] + 1:
+        report.problems.append(
+            f"{name}: at {PHONE['width']} px the page is {r['pageWidth']} px wide and scrolls "
+            "sideways (a long unbreakable line in the text?)"
         )
     return f"phone: {r['wide']}/{r['pres']} blocks scroll, smallest figure at {r['minScale']:.0%} of natural"
 

@@ -93,6 +93,8 @@ def test_chapter_standard_breaks_are_caught(site: Path, tmp_path: Path) -> None:
     html = html.replace('<details class="admonition hide above-input">', '<details class="admonition hide above-input" open>')
     # A block that refuses to wrap: on a phone it scrolls sideways.
     unwrapped = '<pre style="white-space: pre !important">' + "x = 1  # " + "y" * 150 + "</pre>"
+    # And a line of text that cannot break: on a phone the whole page scrolls sideways.
+    unwrapped += '<p><span style="white-space: nowrap">' + "z" * 150 + "</span></p>"
     html = html.replace('id="q2"', 'id="q2"></span>' + unwrapped + '<span', 1)
     chapter.write_text(html)
     # The search page without the book's script: the hit lands on the top of the chapter.
@@ -113,6 +115,7 @@ def test_chapter_standard_breaks_are_caught(site: Path, tmp_path: Path) -> None:
     assert "revision sheet: written questions missing: ['Q3']" in problems
     assert "navigation button does not open the sidebar" in problems
     assert re.search(r"at 390 px 1 of \d+ code/output blocks scroll sideways", problems), problems
+    assert re.search(r"at 390 px the page is \d+ px wide and scrolls sideways", problems), problems
     assert f"the hit for '{SEARCH_WORD}' goes to" in problems
 
 
