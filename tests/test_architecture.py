@@ -26,8 +26,11 @@ LAZY_VIEW_IMPORTS = {
     ("records", "module_view"),  # ModuleGraph's drawing
     ("records", "storage_view"),  # StorageMap's drawing
     ("records", "dispatch_view"),  # DispatchTrace's tables
+    ("records", "comm_view"),  # CommTrace.plot
+    ("records", "pipeline_view"),  # PipelineSchedule.plot
 }
-TORCH_FREE = ("records", "plots", "storage_view", "dispatch_view")
+TORCH_FREE = ("records", "plots", "storage_view", "dispatch_view", "planner",
+              "pipeline", "pipeline_view", "comm_view")
 
 
 def _is_type_checking(test: ast.expr) -> bool:
