@@ -1,0 +1,101 @@
+"""Chapter 6, Q32: normalising a masked token loss under accumulation and DDP.
+
+Two ranks, two micro-batches each, one optimizer step. Each micro-batch is one sequence
+of SEQ_LEN tokens, and a different number of them are real (the rest are padding,
+labelled -100). The model is a tiny linear head wrapped in DistributedDataParallel,
+which averages gradients over ranks; the first micro-batch runs under no_sync(), so
+gradients are all-reduced once, on the last backward of the step.
+
+Three normalisations of the same loss, each compared with the single-process gradient
+of the token mean over the whole global batch (every rank computes that reference):
+
+  micro_mean   each micro-batch's mean over its valid tokens, divided by the number
+               of micro-batches (what a plain accumulation loop does);
+  rank_mean    each rank's tokens summed and divided by the rank's own count;
+  global_sum   summed, divided by the global count of valid tokens (all-reduced
+               before the first backward), times the world size to undo DDP's average.
+
+The global_sum step is traced with autogradviz.trace_grads, whose events (backward,
+all-reduce) are reported for the notebook to draw.
+
+Run it from the notebooks/ folder with
+    agv.torchrun("scripts/ch06_masked_ddp.py", nproc=2)
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from autogradviz import init_distributed, report, trace_grads
+
+SEQ_LEN, FEATURES, VOCAB = 9, 4, 7
+VALID = ((3, 9), (5, 1))      # real tokens per micro-batch, for rank 0 and rank 1
+
+
+def global_batch(world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features and labels of every rank's micro-batches: (world, 2, SEQ_LEN, ...)."""
+    torch.manual_seed(0)
+    feats = torch.randn(world, 2, SEQ_LEN, FEATURES)
+    labels = torch.randint(0, VOCAB, (world, 2, SEQ_LEN))
+    for r in range(world):
+        for k in range(2):
+            labels[r, k, VALID[r][k]:] = -100          # padding: ignored by the loss
+    return feats, labels
+
+
+def main() -> None:
+    ctx = init_distributed()
+    rank, world = ctx.rank, ctx.world_size
+    feats, labels = global_batch(world)
+
+    torch.manual_seed(1)
+    reference = nn.Linear(FEATURES, VOCAB)
+    model = nn.Linear(FEATURES, VOCAB)
+    model.load_state_dict(reference.state_dict())
+    ddp = DDP(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)   # lr 0: the weights stay put
+
+    # The single-process reference: one token mean over the whole global batch.
+    F.cross_entropy(reference(feats).reshape(-1, VOCAB), labels.reshape(-1)).backward()
+    out = {"reference_grads": {n: p.grad for n, p in reference.named_parameters()}}
+
+    x, y = feats[rank], labels[rank]                    # this rank's two micro-batches
+    local_count = (y != -100).sum()
+    global_count = local_count.clone()
+    dist.all_reduce(global_count)                       # known before any backward
+    out["counts"] = {"local": local_count, "global": global_count}
+
+    for how in ("micro_mean", "rank_mean", "global_sum"):
+        opt.zero_grad(set_to_none=True)
+        traced = how == "global_sum"
+        recorder = trace_grads(ddp, optimizer=opt) if traced else None
+        with recorder or contextlib.nullcontext() as rec:
+            for k in range(2):
+                # all-reduce only on the last micro-batch of the step
+                with ddp.no_sync() if k == 0 else contextlib.nullcontext():
+                    logits = ddp(x[k])
+                    if how == "micro_mean":
+                        loss = F.cross_entropy(logits, y[k]) / 2
+                    elif how == "rank_mean":
+                        loss = (F.cross_entropy(logits, y[k], reduction="sum")
+                                / local_count)
+                    else:
+                        loss = (F.cross_entropy(logits, y[k], reduction="sum")
+                                / global_count * world)
+                    loss.backward()
+            opt.step()
+        if traced:
+            out["trace"] = {"params": list(rec.params),
+                            "events": [dataclasses.asdict(e) for e in rec.events]}
+        out[how] = {n: p.grad for n, p in model.named_parameters()}
+    report(out)
+
+
+if __name__ == "__main__":
+    main()
