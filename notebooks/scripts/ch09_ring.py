@@ -1,0 +1,117 @@
+"""Q43: ring all-reduce written with point-to-point isend/irecv, checked against
+dist.all_reduce, with the bytes every rank sends counted.
+
+    torchrun --standalone --nproc_per_node=4 notebooks/scripts/ch09_ring.py
+
+The tensor of S elements is cut into N chunks. Reduce-scatter: in N-1 steps every
+rank sends one chunk to its right neighbour and adds the chunk arriving from its left,
+so that afterwards rank r holds the full sum of chunk (r + 1) mod N. All-gather: N-1
+more steps pass the finished chunks round the ring. Each step sends S/N elements, so
+every rank sends 2(N-1)/N * S in total, whatever N is.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+
+from autogradviz import init_distributed
+from ch09_common import publish
+
+NUMEL = 1000  # elements per rank (divisible by 4, so every chunk has 250)
+SWEEP = (1, 2**8, 2**12, 2**16, 2**20)  # message sizes (elements) for the timing sweep
+
+
+def ring_all_reduce(x: torch.Tensor, rank: int, world: int):
+    """Sum of ``x`` over all ranks; returns (sum, bytes this rank sent, schedule).
+    ``schedule`` lists (phase, step, chunk sent, chunk received) for this rank."""
+    chunks = [c.clone() for c in x.chunk(world)]
+    right, left = (rank + 1) % world, (rank - 1) % world
+    sent, schedule = 0, []
+    for phase in ("reduce-scatter", "all-gather"):
+        for step in range(world - 1):
+            # reduce-scatter sends the chunk it just summed, all-gather the one it got
+            offset = 0 if phase == "reduce-scatter" else 1
+            out_i = (rank - step + offset) % world
+            in_i = (rank - step - 1 + offset) % world
+            incoming = torch.empty_like(chunks[in_i])
+            requests = [dist.isend(chunks[out_i], dst=right),
+                        dist.irecv(incoming, src=left)]
+            for req in requests:
+                req.wait()
+            if phase == "reduce-scatter":
+                chunks[in_i] += incoming
+            else:
+                chunks[in_i] = incoming
+            sent += chunks[out_i].numel() * chunks[out_i].element_size()
+            schedule.append((phase, step, out_i, in_i))
+    return torch.cat(chunks), sent, schedule
+
+
+def median_all_reduce_s(numel: int, device: torch.device, repeats: int = 7) -> float:
+    """Median wall time of dist.all_reduce on ``numel`` float32 elements."""
+    t = torch.ones(numel, device=device)
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        dist.all_reduce(t)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    ctx = init_distributed()
+    gen = torch.Generator().manual_seed(ctx.rank)
+    # Integer values: float32 sums are then exact in any order, so ring == all_reduce
+    # bit for bit, not only within rounding.
+    x = torch.randint(-50, 50, (NUMEL,), generator=gen).float().to(ctx.device)
+    ring, sent, schedule = ring_all_reduce(x, ctx.rank, ctx.world_size)
+    reference = x.clone()
+    dist.all_reduce(reference)  # the library's all-reduce (SUM by default)
+
+    # the same algorithm on float noise: equal within rounding, not bit for bit
+    noise = torch.randn(NUMEL, generator=gen).to(ctx.device)
+    ring_noise, _, _ = ring_all_reduce(noise, ctx.rank, ctx.world_size)
+    ref_noise = noise.clone()
+    dist.all_reduce(ref_noise)
+
+    # torch's own halves: reduce-scatter leaves rank r the sum of chunk r, all-gather
+    # collects the chunks; together they are an all-reduce
+    part = torch.empty(NUMEL // ctx.world_size, device=ctx.device)
+    dist.reduce_scatter_single(part, x)
+    rebuilt = torch.empty(NUMEL, device=ctx.device)
+    dist.all_gather_single(rebuilt, part)
+
+    # their older names still work, with a deprecation warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist.reduce_scatter_tensor(torch.empty_like(part), x)
+        dist.all_gather_into_tensor(torch.empty_like(rebuilt), part)
+    old_names = [f"{w.category.__name__}: {w.message}" for w in caught]
+
+    sweep = {str(n): median_all_reduce_s(n, ctx.device) for n in SWEEP}
+    publish(ctx.rank, {
+        "world": ctx.world_size,
+        "bytes_in": x.numel() * x.element_size(),
+        "bytes_sent": sent,
+        "ring_equals_all_reduce": bool(torch.equal(ring, reference)),
+        "rs_ag_equals_all_reduce": bool(torch.equal(rebuilt, reference)),
+        "my_reduced_chunk": bool(torch.equal(
+            part, reference.chunk(ctx.world_size)[ctx.rank])),
+        "old_name_warnings": old_names,
+        "noise_max_diff": float((ring_noise - ref_noise).abs().max()),
+        "first_values": ring[:4],
+        "schedule": schedule,
+        "sweep_s": sweep,
+    })
+
+
+if __name__ == "__main__":
+    main()
