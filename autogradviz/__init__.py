@@ -6,11 +6,12 @@ Three layers, imports pointing down only (tests/test_architecture.py checks it):
 * recorders (hooks, dispatch modes, graph walks) that fill them: graph.py,
   modules.py, live.py, stepper.py, module_graph.py, recorder.py, memory.py,
   gradtrace.py, dispatch.py, storage.py, launch.py (torchrun jobs),
-  comm.py (DDP all-reduces);
+  comm.py (DDP all-reduces); and, by arithmetic alone, planner.py (bytes per GPU
+  of a parallel layout) and pipeline.py (pipeline schedules, simulated);
 * views that read only records: render.py (DOT/SVG/PNG/HTML), rollup.py,
   strips.py (strips, animation), module_view.py (module graphs), plots.py
   (matplotlib), storage_view.py (storage/strides SVG), dispatch_view.py (op tables),
-  comm_view.py (all-reduce timelines).
+  comm_view.py (all-reduce timelines), pipeline_view.py (pipeline stage lanes).
   A record reaches its view through one lazy import per view.
 
 Entry points are functions; the ones that watch a block of code are context
