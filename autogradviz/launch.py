@@ -418,6 +418,8 @@ def _destroy() -> None:
 
 
 _REPORTED: dict[str, Any] = {}
+#: Characters of a report printed by a rank run without `autogradviz.torchrun`.
+_PRINTED_REPORT = 2000
 
 
 def _plain(value: Any, where: str) -> Any:
@@ -456,13 +458,11 @@ def report(data: Mapping[str, Any]) -> None:
     the notebook as this rank's entry of `DistributedRun.results`.
 
     Several calls merge their keys into one report; reporting a key twice is an error.
-    The file ``rank<r>.json`` is rewritten atomically on every call.
+    The file ``rank<r>.json`` is rewritten atomically on every call. Under a plain
+    ``torchrun`` (no results folder), each rank prints its report on one line instead, so
+    a chapter's script runs unchanged with or without the notebook.
     """
     rank = _launched_rank()
-    folder = os.environ.get(RESULTS_ENV)
-    if not folder:
-        raise RuntimeError(f"report() needs the folder autogradviz.torchrun passes in "
-                           f"{RESULTS_ENV}; launch the script with autogradviz.torchrun(...)")
     if not isinstance(data, Mapping):
         raise TypeError(f"report() takes a dict, got {type(data).__name__}")
     plain = _plain(data, "report")
@@ -470,4 +470,12 @@ def report(data: Mapping[str, Any]) -> None:
     if twice:
         raise ValueError(f"rank {rank} already reported {twice}; report each key once")
     _REPORTED.update(plain)
+    folder = os.environ.get(RESULTS_ENV)
+    if not folder:  # a plain `torchrun` with no notebook listening: show it instead
+        print(f"rank {rank} report: {_shorten(json.dumps(plain))}", flush=True)
+        return
     _write_json(Path(folder) / f"rank{rank}.json", _REPORTED)
+
+
+def _shorten(text: str, width: int = _PRINTED_REPORT) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

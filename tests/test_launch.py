@@ -132,10 +132,17 @@ def test_report_converts_tensors_and_merges_keys(rank_env):
         agv.report({"o": object()})
 
 
-def test_report_needs_the_results_folder(rank_env, monkeypatch):
+def test_report_without_the_launcher_prints(rank_env, monkeypatch, capsys):
+    """Under a plain `torchrun` (no results folder) a rank shows its report on stdout, so
+    the same script runs with or without the notebook; the checks still apply."""
     monkeypatch.delenv(launch.RESULTS_ENV)
-    with pytest.raises(RuntimeError, match="agv|autogradviz.torchrun"):
-        agv.report({"x": 1})
+    agv.report({"x": 1, "v": torch.arange(3)})
+    assert capsys.readouterr().out == 'rank 1 report: {"x": 1, "v": [0, 1, 2]}\n'
+    agv.report({"big": list(range(5000))})
+    assert capsys.readouterr().out.rstrip("\n").endswith("…")
+    with pytest.raises(ValueError, match="already reported"):
+        agv.report({"x": 2})
+    assert not list(rank_env.iterdir())  # nothing written
 
 
 def test_python_error_finds_the_last_exception():
