@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from .records import Graph, GraphNode, Kind, ModuleRecord, SavedState
+from .storage import held_storage
 
 __all__ = ["trace", "function_name", "GraphWalk"]
 
@@ -208,11 +209,11 @@ def _tensor_fields(t: torch.Tensor) -> dict[str, Any]:
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, int] | None:
-    """Key used only to count a storage once; never displayed."""
+    """Key used only to count a storage once (a DTensor's local shard); never displayed."""
+    st = held_storage(t)
     try:
-        st = t.untyped_storage()
-        return (st.data_ptr(), st.nbytes())
-    except (RuntimeError, NotImplementedError):
+        return None if st is None else (st.data_ptr(), st.nbytes())
+    except (RuntimeError, NotImplementedError):  # a wrapper's own storage: no data pointer
         return None
 
 

@@ -211,16 +211,34 @@ def _records(runs: Any, titles: Sequence[str] | None) -> tuple[list[MemoryRecord
     return items, names
 
 
+def _figsize(figsize: Any) -> tuple[float, float] | None:
+    if figsize is None:
+        return None
+    ok = (isinstance(figsize, Sequence) and not isinstance(figsize, str) and len(figsize) == 2
+          and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                  for v in figsize))
+    if not ok:
+        raise ValueError(f"figsize must be (width, height) in inches, two positive numbers, "
+                         f"got {figsize!r}; e.g. figsize=(6.6, 3.9) fits a 730 px page")
+    return (float(figsize[0]), float(figsize[1]))
+
+
 def compare_memory(runs: Mapping[str, MemoryRecord] | Sequence[MemoryRecord], *,
-                   titles: Sequence[str] | None = None) -> Figure:
-    """Two or more timelines side by side on a shared y axis (titles: the mapping's keys,
-    ``titles``, or "run 1", "run 2", ...)."""
+                   titles: Sequence[str] | None = None,
+                   figsize: tuple[float, float] | None = None) -> Figure:
+    """Two or more timelines, two panels a row, on a shared y axis (titles: the mapping's
+    keys, ``titles``, or "run 1", "run 2", ...), one legend underneath.
+
+    ``figsize`` is (width, height) in inches at 110 dpi; the default is 6.6 in wide
+    (726 px, the width of the book's page) and 3 in a row of panels plus 0.9 in for
+    the legend."""
     records, names = _records(runs, titles)
+    size = _figsize(figsize)
     # The one import of the view from this module, lazy: recorders never load matplotlib
     # unless something is drawn, and plots imports no recorder, so there is no cycle.
     from .plots import plot_memory_compare
 
-    return plot_memory_compare(records, names)
+    return plot_memory_compare(records, names, figsize=size)
 
 
 def _to_meta(obj: Any) -> tuple[torch.Tensor, ...]:

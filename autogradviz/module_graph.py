@@ -40,6 +40,7 @@ from torch.utils._pytree import keystr, tree_flatten_with_path
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .records import FlowEdge, FlowKind, ModuleCall, ModuleGraph, OpCall, TensorMeta
+from .storage import held_storage
 
 __all__ = ["trace_modules"]
 
@@ -51,9 +52,10 @@ _Tag = tuple[str, tuple[str, ...], int]
 
 
 def _storage(t: torch.Tensor) -> int:
+    st = held_storage(t)  # a DTensor's local shard
     try:
-        return t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):  # meta, fake or sparse tensors
+        return -1 if st is None else st.data_ptr()
+    except (RuntimeError, NotImplementedError):  # fake and wrapper storages have no data
         return -1
 
 

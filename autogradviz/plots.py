@@ -69,8 +69,6 @@ def _phase_runs(phases: Sequence[str]) -> list[tuple[str, int, int]]:
 def _draw_memory(ax: Axes, record: MemoryRecord, unit: tuple[str, int], title: str | None,
                  legend: bool) -> None:
     """One timeline on ``ax``, scaled by ``unit`` (a `byte_unit` pair)."""
-    from matplotlib.patches import Patch
-
     name, scale = unit
     samples = record.samples
     x = [s.index for s in samples]
@@ -95,14 +93,23 @@ def _draw_memory(ax: Axes, record: MemoryRecord, unit: tuple[str, int], title: s
     ax.set_ylim(0, max(peak.total / scale if peak else 0, 1e-9) * 1.25)
     ax.set_title(title if title is not None else f"memory on {record.device}")
     if legend:
-        handles, labels = ax.get_legend_handles_labels()
-        present = [p for p in PHASES if p != "other" and any(s.phase == p for s in samples)]
-        handles = handles[::-1] + [Patch(color=PHASE_COLORS[p], alpha=0.35) for p in present]
-        labels = labels[::-1] + [f"phase: {p}" for p in present]
+        handles, labels = _legend_entries(ax, [record])
         # Outside the axes, to their right: inside, it hid the curve (a late optimizer-step
         # peak sits in the upper right). Constrained layout narrows the axes to make room.
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0),
                   borderaxespad=0.0, fontsize=_SMALL)
+
+
+def _legend_entries(ax: Axes, records: Sequence[MemoryRecord]) -> tuple[list, list[str]]:
+    """The categories drawn on ``ax`` (top of the stack first), then the phases that
+    occur in any of ``records``."""
+    from matplotlib.patches import Patch
+
+    handles, labels = ax.get_legend_handles_labels()
+    phases = {info[0] for r in records for info in r.info}  # (phase, op, ...) per sample
+    present = [p for p in PHASES if p != "other" and p in phases]
+    handles = handles[::-1] + [Patch(color=PHASE_COLORS[p], alpha=0.35) for p in present]
+    return handles, labels[::-1] + [f"phase: {p}" for p in present]
 
 
 def plot_memory(record: MemoryRecord, ax: Axes | None = None, title: str | None = None) -> Figure:
@@ -113,20 +120,43 @@ def plot_memory(record: MemoryRecord, ax: Axes | None = None, title: str | None 
     return fig
 
 
-def plot_memory_compare(records: Sequence[MemoryRecord], titles: Sequence[str]) -> Figure:
-    """One panel per record, sharing the y axis so the heights compare directly."""
+_COMPARE_COLUMNS = 2  # panels a row: at 6.6 in wide, each x label still fits its panel
+
+
+def _compare_figsize(runs: int) -> tuple[float, float]:
+    """The default size in inches of `plot_memory_compare` for ``runs`` panels: two
+    panels a row, 6.6 in wide (726 px at `FIGURE_DPI`, the page is ~730 px), 3 in a row
+    plus room for the legend underneath."""
+    rows = -(-runs // _COMPARE_COLUMNS)
+    return (6.6, 3.0 * rows + 0.9)
+
+
+def plot_memory_compare(records: Sequence[MemoryRecord], titles: Sequence[str],
+                        figsize: tuple[float, float] | None = None) -> Figure:
+    """One panel per record, two a row, sharing the y axis so the heights compare
+    directly; one legend under the panels. ``figsize`` (inches) defaults to
+    `_compare_figsize`."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(records), figsize=(4.5 * len(records) + 2, 4), sharey=True,
+    n = len(records)
+    cols = min(n, _COMPARE_COLUMNS)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=figsize or _compare_figsize(n), sharey=True,
                              layout="constrained", squeeze=False, dpi=FIGURE_DPI)
     plt.close(fig)
+    flat = list(axes.flat)
+    for spare in flat[n:]:  # an odd count leaves the last slot of the last row empty
+        fig.delaxes(spare)
     top = max((r.peak_bytes for r in records), default=0)
     unit = byte_unit(top)
-    for i, (ax, rec, title) in enumerate(zip(axes[0], records, titles)):
-        _draw_memory(ax, rec, unit, title, legend=i == len(records) - 1)
-        if i:
+    for i, (ax, rec, title) in enumerate(zip(flat, records, titles)):
+        _draw_memory(ax, rec, unit, title, legend=False)
+        if i % cols:
             ax.set_ylabel("")
-    axes[0][0].set_ylim(0, max(top / unit[1], 1e-9) * 1.25)
+    flat[0].set_ylim(0, max(top / unit[1], 1e-9) * 1.25)
+    # Under the panels rather than beside them, so the panels get the page's width.
+    handles, labels = _legend_entries(flat[0], records)
+    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=_SMALL)
     return fig
 
 

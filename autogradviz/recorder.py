@@ -9,10 +9,12 @@ Two parts, both plain recording with no drawing:
   such listeners.
 * `StorageLedger` is a ``TorchDispatchMode`` that sees every aten op's outputs
   and keeps one entry per live untyped storage, so bytes are exact even when many
-  views share a storage. A weak reference on each storage reports its free the
-  moment it happens. A ``saved_tensors_hooks`` pair counts how many autograd
-  nodes hold each storage, which is what "activation" means here. Its samples
-  go straight into a `MemoryRecord` (`autogradviz.records`).
+  views share a storage. A DTensor counts as the storage of its local shard,
+  all that this process holds (`autogradviz.storage.held_storage`). A weak
+  reference on each storage reports its free the moment it happens. A
+  ``saved_tensors_hooks`` pair counts how many autograd nodes hold each
+  storage, which is what "activation" means here. Its samples go straight into
+  a `MemoryRecord` (`autogradviz.records`).
 
 Layering: `autogradviz.records` (plain dataclasses and vocabularies) below, this
 module and the recorders that use it in the middle, `autogradviz.plots` (matplotlib,
@@ -49,6 +51,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _cu
 from torch.utils._pytree import tree_leaves
 
 from .records import CATEGORIES, MemoryRecord, Phase
+from .storage import held_storage
 
 __all__ = [
     "StorageLedger",
@@ -252,13 +255,6 @@ def _stop_composing(ledger: StorageLedger) -> None:
         _HOOKS_CLS.__enter__ = _ORIGINAL_ENTER.pop()  # type: ignore[method-assign]
 
 
-def _storage(t: torch.Tensor) -> torch.UntypedStorage | None:
-    try:
-        return t.untyped_storage()
-    except (RuntimeError, NotImplementedError):  # sparse, nested and other storage-less layouts
-        return None
-
-
 class StorageLedger(TorchDispatchMode):
     """Live bytes per category on one device, sampled after every allocating op
     into ``self.record`` (a `MemoryRecord`).
@@ -396,7 +392,7 @@ class StorageLedger(TorchDispatchMode):
 
     def entry(self, t: torch.Tensor) -> _Live | None:
         """The entry of ``t``'s storage, registered now if new (None off the device)."""
-        st = _storage(t)
+        st = held_storage(t)
         if st is None:
             return None
         e = self._live.get(st._cdata)
@@ -534,7 +530,7 @@ class StorageLedger(TorchDispatchMode):
         True when that added bytes."""
         if not isinstance(t, torch.Tensor):
             return False
-        st = _storage(t)
+        st = held_storage(t)
         if st is None:
             return False
         e = self._live.get(st._cdata)
@@ -558,7 +554,7 @@ class StorageLedger(TorchDispatchMode):
         born = len(self.s_bytes)
         if type(out) is torch.Tensor and kind == _ALLOCATES:
             # The usual case, kept short: one fresh plain tensor.
-            st = _storage(out)
+            st = held_storage(out)
             if st is None or st._cdata in self._live or self._register(st, born) is None:
                 return out
         elif type(out) is tuple or type(out) is list:

@@ -13,10 +13,37 @@ import itertools
 from collections.abc import Sequence
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .records import MAX_STORAGE_ELEMENTS, StorageBlock, StorageMap, TensorLayout
 
 __all__ = ["storage_map"]
+
+
+def held_storage(t: torch.Tensor) -> torch.UntypedStorage | None:
+    """The untyped storage that holds ``t``'s elements in this process (None for sparse,
+    nested and other layouts without one).
+
+    A wrapper subclass's own storage has the wrapper's (global) size but no data. When
+    the wrapper is traceable and holds exactly one inner tensor, as a DTensor holds its
+    local shard (``to_local()``), the bytes are that tensor's, so its storage is
+    returned (unwrapping nested wrappers). Any other wrapper keeps its own storage.
+    Used wherever the package measures or identifies storages (the memory ledger, the
+    graph's saved bytes, the module graph's view test). `storage_map` does not use it:
+    it reads a tensor through its own shape and strides, which for a DTensor are the
+    global ones, not the shard's.
+    """
+    while type(t) is not torch.Tensor and is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        # DTensor also lists its device mesh among the names: count tensors only.
+        inner = [x for x in (getattr(t, n) for n in names) if isinstance(x, torch.Tensor)]
+        if len(inner) != 1:
+            break
+        t = inner[0]
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -376,6 +376,22 @@ def test_plot_and_compare() -> None:
     assert [a.get_title() for a in titled.axes] == ["a", "b"]
 
 
+def test_compare_fits_the_page_and_takes_a_figsize() -> None:
+    runs = _two_runs()
+    three = [runs["small"], runs["large"], runs["small"]]
+    for fig in (av.compare_memory(runs), av.compare_memory(three)):
+        width_px = fig.get_size_inches()[0] * fig.get_dpi()
+        assert fig.get_dpi() == 110 and width_px <= 730  # shown at full size on the page
+        fig.draw_without_rendering()
+        panels = [ax.get_window_extent() for ax in fig.axes]
+        assert all(not a.overlaps(b) for i, a in enumerate(panels) for b in panels[i + 1:])
+    assert len(av.compare_memory(three).axes) == 3  # two a row; the spare slot is removed
+    wide = av.compare_memory(runs, figsize=(10, 3))
+    assert tuple(wide.get_size_inches()) == (10, 3)
+    ax0, ax1 = wide.axes
+    assert ax0.get_ylim() == ax1.get_ylim() and ax1.get_ylabel() == ""
+
+
 def test_plot_is_readable_and_the_legend_hides_no_data() -> None:
     # A late peak (the optimizer step) sits in the upper right, where the legend used to be.
     torch.manual_seed(0)
@@ -384,11 +400,13 @@ def test_plot_is_readable_and_the_legend_hides_no_data() -> None:
     with av.track_memory(model, opt) as mem:
         model(torch.randn(16, 32)).sum().backward()
         opt.step()
-    figs = [mem.plot(), av.compare_memory({"a": mem, "b": mem})]
+    figs = [mem.plot(), av.compare_memory({"a": mem, "b": mem}),
+            av.compare_memory([mem, mem, mem])]
     for fig in figs:
         assert fig.get_dpi() >= 110
         fig.draw_without_rendering()  # lay out (constrained layout runs at draw time)
         legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        legends += fig.legends  # compare_memory's one legend sits under the panels
         assert len(legends) == 1
         box = legends[0].get_window_extent()
         for ax in fig.axes:
@@ -490,6 +508,10 @@ _LINEAR = nn.Linear(2, 2)
                  "one title per run", id="compare-titles"),
     pytest.param(lambda: av.compare_memory([_two_runs()["small"], 3]), TypeError,
                  "MemoryRecord", id="compare-item"),
+    pytest.param(lambda: av.compare_memory(_two_runs(), figsize=(6.6, 0)), ValueError,
+                 r"figsize must be \(width, height\)", id="compare-figsize"),
+    pytest.param(lambda: av.compare_memory(_two_runs(), figsize=6.6), ValueError,
+                 "two positive numbers", id="compare-figsize-number"),
     pytest.param(lambda: av.estimate_memory(lambda: _LINEAR, torch.randn(1, 2),
                                             optimizer=torch.optim.SGD(_LINEAR.parameters())),
                  TypeError, "factory", id="estimate-optimizer-instance"),
