@@ -18,10 +18,14 @@ four ways:
 
 Each rank also builds the same global batch and computes the single-process,
 full-batch gradient as the reference, and reports everything with autogradviz.report.
+Every tensor lives on the rank's device (ctx.device): the CPU with gloo, cuda:<local
+rank> with NCCL when every rank has a GPU. The data is drawn on the CPU and then moved,
+so both backends see the same numbers.
 
-Run it from the notebooks/ folder with
+The notebook runs `run` inside scripts/ch06_jobs.py, together with Q32's step, so the
+processes start once. On its own, from the notebooks/ folder:
     agv.torchrun("scripts/ch06_infonce.py", nproc=2)
-or from a shell with
+or from a shell:
     torchrun --standalone --nproc_per_node=2 scripts/ch06_infonce.py
 """
 from __future__ import annotations
@@ -38,6 +42,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from autogradviz import init_distributed, report
+from autogradviz.launch import DistributedContext
 
 PAIRS_PER_RANK, IMG_DIM, TXT_DIM, EMB_DIM = 4, 6, 5, 3
 
@@ -54,12 +59,16 @@ class TwoTower(nn.Module):
     def forward(self, images, texts):
         img = F.normalize(self.img(images), dim=-1)       # (n, EMB_DIM), unit rows
         txt = F.normalize(self.txt(texts), dim=-1)
-        return img, txt, self.logit_scale.exp().clamp(max=100.0)
+        # CLIP keeps exp(logit_scale) <= 100 by clamping the parameter after each
+        # optimizer step; a clamp here would zero its gradient above 100. No step is
+        # taken in this script.
+        return img, txt, self.logit_scale.exp()
 
 
 def local_rows_loss(img, txt, all_img, all_txt, scale, first_row):
     """The symmetric InfoNCE loss of this rank's rows against all N columns."""
-    labels = torch.arange(first_row, first_row + img.shape[0])   # positives' columns
+    labels = torch.arange(first_row, first_row + img.shape[0],    # positives' columns
+                          device=img.device)
     img_to_txt = F.cross_entropy(scale * img @ all_txt.T, labels)   # (n, N) logits
     txt_to_img = F.cross_entropy(scale * txt @ all_img.T, labels)
     return (img_to_txt + txt_to_img) / 2
@@ -67,14 +76,14 @@ def local_rows_loss(img, txt, all_img, all_txt, scale, first_row):
 
 def full_loss(img, txt, scale):
     """The same loss over all N rows: the single-process reference."""
-    labels = torch.arange(img.shape[0])
+    labels = torch.arange(img.shape[0], device=img.device)
     logits = scale * img @ txt.T                                    # (N, N)
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
 
 
 class GatherWithGrad(torch.autograd.Function):
     """All-gather in forward; in backward, sum the gradient over ranks (all-reduce)
-    and keep this rank's slot: what a reduce-scatter does in one collective."""
+    and keep this rank's slot."""
 
     @staticmethod
     def forward(ctx, t: torch.Tensor) -> torch.Tensor:
@@ -85,9 +94,9 @@ class GatherWithGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        grad = grad.contiguous()
-        dist.all_reduce(grad)               # sum over ranks of dL_r / d(every slot)
-        return grad[ctx.rank * ctx.rows:(ctx.rank + 1) * ctx.rows]
+        summed = grad.clone(memory_format=torch.contiguous_format)  # not in place
+        dist.all_reduce(summed)             # sum over ranks of dL_r / d(every slot)
+        return summed[ctx.rank * ctx.rows:(ctx.rank + 1) * ctx.rows]
 
 
 def gather(t: torch.Tensor, how: str, rank: int, world: int):
@@ -112,15 +121,15 @@ def grads(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.grad for name, p in model.named_parameters()}
 
 
-def main() -> None:
-    ctx = init_distributed()
-    rank, world = ctx.rank, ctx.world_size
+def run(ctx: DistributedContext) -> dict:
+    """This rank's results: the reference, and each gather's loss and gradients."""
+    rank, world, dev = ctx.rank, ctx.world_size, ctx.device
     n = PAIRS_PER_RANK
     torch.manual_seed(0)                  # the same global batch and weights everywhere
-    images = torch.randn(world * n, IMG_DIM)
-    texts = torch.randn(world * n, TXT_DIM)
-    model = TwoTower()
-    reference = TwoTower()
+    images = torch.randn(world * n, IMG_DIM).to(dev)
+    texts = torch.randn(world * n, TXT_DIM).to(dev)
+    model = TwoTower().to(dev)
+    reference = TwoTower().to(dev)
     reference.load_state_dict(model.state_dict())
     ddp = DDP(model)
 
@@ -150,8 +159,8 @@ def main() -> None:
             "other_rank_copy_has_grad_fn": others_tracked,
             "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
         }
-    report(out)
+    return out
 
 
 if __name__ == "__main__":
-    main()
+    report(run(init_distributed()))

@@ -16,9 +16,13 @@ of the token mean over the whole global batch (every rank computes that referenc
                before the first backward), times the world size to undo DDP's average.
 
 The global_sum step is traced with autogradviz.trace_grads, whose events (backward,
-all-reduce) are reported for the notebook to draw.
+all-reduce) are reported for the notebook to draw. Every tensor lives on the rank's
+device (ctx.device): the CPU with gloo, cuda:<local rank> with NCCL when every rank has
+a GPU. The data is drawn on the CPU and then moved, so both backends see the same
+numbers.
 
-Run it from the notebooks/ folder with
+The notebook runs `run` inside scripts/ch06_jobs.py, together with Q31's job, so the
+processes start once. On its own, from the notebooks/ folder:
     agv.torchrun("scripts/ch06_masked_ddp.py", nproc=2)
 """
 from __future__ import annotations
@@ -33,6 +37,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from autogradviz import init_distributed, report, trace_grads
+from autogradviz.launch import DistributedContext
 
 SEQ_LEN, FEATURES, VOCAB = 9, 4, 7
 VALID = ((3, 9), (5, 1))      # real tokens per micro-batch, for rank 0 and rank 1
@@ -45,18 +50,19 @@ def global_batch(world: int) -> tuple[torch.Tensor, torch.Tensor]:
     labels = torch.randint(0, VOCAB, (world, 2, SEQ_LEN))
     for r in range(world):
         for k in range(2):
-            labels[r, k, VALID[r][k]:] = -100          # padding: ignored by the loss
+            labels[r, k, VALID[r % 2][k]:] = -100      # padding: ignored by the loss
     return feats, labels
 
 
-def main() -> None:
-    ctx = init_distributed()
-    rank, world = ctx.rank, ctx.world_size
-    feats, labels = global_batch(world)
+def run(ctx: DistributedContext) -> dict:
+    """This rank's results: the token counts, the reference and each normalisation's
+    gradients after DDP's all-reduce, and the trace of the global_sum step."""
+    rank, world, dev = ctx.rank, ctx.world_size, ctx.device
+    feats, labels = (t.to(dev) for t in global_batch(world))
 
     torch.manual_seed(1)
-    reference = nn.Linear(FEATURES, VOCAB)
-    model = nn.Linear(FEATURES, VOCAB)
+    reference = nn.Linear(FEATURES, VOCAB).to(dev)
+    model = nn.Linear(FEATURES, VOCAB).to(dev)
     model.load_state_dict(reference.state_dict())
     ddp = DDP(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)   # lr 0: the weights stay put
@@ -94,8 +100,8 @@ def main() -> None:
             out["trace"] = {"params": list(rec.params),
                             "events": [dataclasses.asdict(e) for e in rec.events]}
         out[how] = {n: p.grad for n, p in model.named_parameters()}
-    report(out)
+    return out
 
 
 if __name__ == "__main__":
-    main()
+    report(run(init_distributed()))
