@@ -1,22 +1,16 @@
-"""What the Chapter 9 rank scripts share: the toy model, each rank's batches, and the
-hand-back of results.
+"""What the Chapter 9 rank scripts share: the toy model and each rank's batches.
 
 Every script runs unchanged under ``torchrun --standalone --nproc_per_node=N`` (gloo
 on CPU, NCCL when each rank has a GPU) and under ``autogradviz.torchrun`` from the
-notebook. Data is drawn on the CPU from seeded generators and then moved to the rank's
-device, so every backend sees the same numbers, and rank 0 can rebuild any rank's batch
-to compute a single-process reference.
+notebook; ``autogradviz.report`` hands the results to the notebook, or prints them on
+one line per rank under a plain ``torchrun``. Data is drawn on the CPU from seeded
+generators and then moved to the rank's device, so every backend sees the same numbers,
+and rank 0 can rebuild any rank's batch to compute a single-process reference.
 """
 from __future__ import annotations
 
-import json
-import os
-
 import torch
 from torch import nn
-
-from autogradviz import report
-from autogradviz.launch import RESULTS_ENV
 
 IN, HIDDEN, OUT = 8, 16, 4  # a 3-layer MLP of 484 parameters (1,936 bytes in float32)
 
@@ -37,23 +31,3 @@ def batch(rank: int, step: int, rows: int = 4,
     x = torch.randn(rows, IN, generator=gen)
     y = torch.randn(rows, OUT, generator=gen)
     return x.to(device), y.to(device)
-
-
-def scalars(data: dict, prefix: str = "") -> dict:
-    """The bool/int/float/str leaves of nested dicts, keyed by their dotted path."""
-    out = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and key != "comm":  # a CommTrace: not for printing
-            out.update(scalars(value, f"{prefix}{key}."))
-        elif isinstance(value, (bool, int, float, str)):
-            out[prefix + key] = value
-    return out
-
-
-def publish(rank: int, data: dict) -> None:
-    """Hand ``data`` to the notebook (``autogradviz.report``); under a plain
-    ``torchrun``, where no results folder exists, rank 0 prints its scalars instead."""
-    if os.environ.get(RESULTS_ENV):
-        report(data)
-    elif rank == 0:
-        print(json.dumps(scalars(data), indent=1))

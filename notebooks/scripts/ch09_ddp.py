@@ -2,12 +2,16 @@
 
     torchrun --standalone --nproc_per_node=2 notebooks/scripts/ch09_ddp.py
 
+(The notebook runs this file's ``run`` and ch09_sharding.py's in one job, ch09_jobs.py.)
+
 ddp_basics (Q42): every rank builds the toy MLP from a *different* seed, wraps it in DDP
-(which broadcasts rank 0's parameters), and trains three steps on its own batches while
-autogradviz.record_comm records each bucket's all-reduce and the backward Nodes. Rank 0
-also computes the single-process reference: rank 0's initial weights, the batches of all
-ranks concatenated. Extra models answer follow-ups: uneven per-rank batch sizes,
-gradient_as_bucket_view, BatchNorm buffers, and the default bucket sizes.
+(which, with the default ``init_sync=True``, broadcasts rank 0's parameters), and trains
+three steps on its own batches while autogradviz.record_comm records each bucket's
+all-reduce and the backward Nodes. Rank 0 also computes the single-process reference:
+rank 0's initial weights, the batches of all ranks concatenated. Extra models answer
+follow-ups: ``init_sync=False``, the first backward's buckets under ``static_graph`` and
+``find_unused_parameters``, uneven per-rank batch sizes, gradient_as_bucket_view,
+BatchNorm buffers, the state dict's keys, and the default bucket sizes.
 
 accumulation (Q44): each optimizer step uses K micro-batches of ROWS rows per rank, each
 loss divided by K. Three DDP models run the same two optimizer steps while record_comm
@@ -27,8 +31,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import autogradviz as agv
-from autogradviz import init_distributed
-from ch09_common import batch, publish, tiny_mlp
+from autogradviz import init_distributed, report
+from ch09_common import batch, tiny_mlp
 
 STEPS, LR = 3, 0.1
 BUCKET_CAP_BYTES = 600  # tiny on purpose: the 1,936-byte model needs several buckets
@@ -90,6 +94,25 @@ def ddp_basics(ctx) -> dict:
         out["ref_concatenated"] = reference_grads(0, torch.cat(xs), torch.cat(ys), dev)
         out["ref_rank0_alone"] = reference_grads(0, xs[0], ys[0], dev)
 
+    # Follow-up: init_sync=False skips the broadcast; each rank keeps its own weights.
+    unsynced = DDP(tiny_mlp(seed=rank, device=dev), init_sync=False)
+    mine = flat(unsynced.parameters())
+    out["init_sync_false_equal_across_ranks"] = all(
+        torch.equal(t, mine) for t in gathered(mine))
+    out["state_dict_keys"] = list(unsynced.state_dict())[:2]
+
+    # The first backward's buckets: one bucket by default and with static_graph=True;
+    # capped buckets from the start with find_unused_parameters=True.
+    first_buckets = {}
+    for option in ("default", "static_graph", "find_unused_parameters"):
+        kwargs = {} if option == "default" else {option: True}
+        probe = DDP(tiny_mlp(0, dev), bucket_cap_mb=BUCKET_CAP_BYTES / 2**20, **kwargs)
+        with agv.record_comm(probe) as probe_comm:
+            x, y = batch(rank, 0, device=dev)
+            F.mse_loss(probe(x), y).backward()
+        first_buckets[option] = [list(c.params) for c in probe_comm.calls_of(1)]
+    out["first_backward_buckets"] = first_buckets
+
     # Follow-up: uneven batches. DDP averages per-rank gradients with equal weights.
     uneven = DDP(tiny_mlp(0, dev))
     rows = UNEVEN_ROWS[rank % len(UNEVEN_ROWS)]
@@ -117,7 +140,12 @@ def ddp_basics(ctx) -> dict:
     # batch; DDP syncs buffers (from rank 0) at construction and before each forward.
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16))
+    net[1].running_mean.fill_(float(rank))  # a different buffer on every rank
     bn = DDP(net.to(dev))
+    built = gathered(bn.module[1].running_mean.detach().clone())
+    out["bn_buffers_equal_after_construction"] = all(
+        torch.equal(b, built[0]) for b in built)
+    out["bn_buffer_after_construction"] = float(built[rank][0])  # this rank's
     bn(batch(rank, 0, device=dev)[0])
     running = gathered(bn.module[1].running_mean.detach().clone())
     out["bn_running_means_differ"] = not torch.equal(running[0], running[1])
@@ -190,9 +218,13 @@ def accumulation(ctx) -> dict:
     return out
 
 
+def run(ctx) -> dict:
+    """Both parts, for ch09_jobs.py or this file's own main."""
+    return {"basics": ddp_basics(ctx), "accumulation": accumulation(ctx)}
+
+
 def main() -> None:
-    ctx = init_distributed()
-    publish(ctx.rank, {"basics": ddp_basics(ctx), "accumulation": accumulation(ctx)})
+    report(run(init_distributed()))
 
 
 if __name__ == "__main__":

@@ -17,8 +17,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from autogradviz import init_distributed
-from ch09_common import publish
+from autogradviz import init_distributed, report
 
 NUMEL = 1000  # elements per rank (divisible by 4, so every chunk has 250)
 SWEEP = (1, 2**8, 2**12, 2**16, 2**20)  # message sizes (elements) for the timing sweep
@@ -76,7 +75,8 @@ def main() -> None:
     reference = x.clone()
     dist.all_reduce(reference)  # the library's all-reduce (SUM by default)
 
-    # the same algorithm on float noise: equal within rounding, not bit for bit
+    # the same algorithm on float noise: equal within rounding, not bit for bit, since
+    # the ring adds in another order than gloo's own algorithm
     noise = torch.randn(NUMEL, generator=gen).to(ctx.device)
     ring_noise, _, _ = ring_all_reduce(noise, ctx.rank, ctx.world_size)
     ref_noise = noise.clone()
@@ -97,7 +97,7 @@ def main() -> None:
     old_names = [f"{w.category.__name__}: {w.message}" for w in caught]
 
     sweep = {str(n): median_all_reduce_s(n, ctx.device) for n in SWEEP}
-    publish(ctx.rank, {
+    report({
         "world": ctx.world_size,
         "bytes_in": x.numel() * x.element_size(),
         "bytes_sent": sent,

@@ -2,6 +2,8 @@
 
     torchrun --standalone --nproc_per_node=2 notebooks/scripts/ch09_sharding.py
 
+(The notebook runs this file's ``run`` and ch09_ddp.py's in one job, ch09_jobs.py.)
+
 zero_stage1 (Q45): two identical DDP replicas train on the same per-rank batches, one
 with a full Adam on every rank, one with ZeroRedundancyOptimizer(Adam), which gives each
 rank the Adam state of only some parameters (whole tensors, packed greedily, largest
@@ -11,11 +13,14 @@ the weights after three steps.
 
 fsdp2 (Q46): each Linear of the toy MLP is its own FSDP unit, and the root wraps them.
 Reports how a parameter is sharded (DTensor, Shard(0), the local rows) and that
-full_tensor() rebuilds it; every collective of one training step, in order; the weights
-after three Adam steps next to DDP's; each rank's bytes of parameters, gradients and
-optimizer state; what reshard_after_forward, a root with parameters of its own, uneven
-rows and a MixedPrecisionPolicy change; and a model built on the meta device, sharded,
-then materialised with to_empty().
+full_tensor() rebuilds it; every collective of one training step, in order, with its
+dtype and the bytes FSDP holds gathered at that moment; the collectives of gradient
+clipping and of Adam's step (CommDebugMode); the weights after three Adam steps next to
+DDP's; each rank's bytes of parameters, gradients and optimizer state, measured with
+autogradviz.track_memory and counted from the local shards; what reshard_after_forward,
+a root with parameters of its own, uneven rows, shard_placement_fn, a method other than
+forward and a MixedPrecisionPolicy change; and a model built on the meta device,
+sharded, then materialised with to_empty().
 """
 from __future__ import annotations
 
@@ -24,18 +29,21 @@ import warnings
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import (MixedPrecisionPolicy, fully_shard,
+                                    register_fsdp_forward_method)
 from torch.distributed.optim import ZeroRedundancyOptimizer
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor.debug import CommDebugMode
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import autogradviz as agv
-from autogradviz import init_distributed
-from ch09_common import batch, publish, tiny_mlp
+from autogradviz import init_distributed, report
+from ch09_common import batch, tiny_mlp
 
 STEPS, LR = 3, 0.01
 LAYERS = (0, 2, 4)  # the Linear modules of tiny_mlp
+MEMORY = ("parameter", "gradient", "optimizer_state")  # track_memory's categories
 
 
 def state_tensors(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -107,20 +115,40 @@ def shard(model: nn.Module, **kwargs) -> nn.Module:
     return fully_shard(model, **kwargs)
 
 
-class CollectiveLog(TorchDispatchMode):
-    """Every c10d collective the block issues, in order: its name, the number of
-    elements of the full (unsharded) tensor it moves, and the phase we are in."""
+def gathered_bytes(model: nn.Module) -> int:
+    """Bytes of the full weights FSDP holds gathered right now, over the Linear units.
 
-    def __init__(self) -> None:
+    FSDP2 all-gathers into buffers it keeps per parameter and frees them by resizing
+    their storage to 0 bytes; this reads those buffers (private attributes of torch
+    2.13's FSDP2: ``FSDPParam.all_gather_outputs``)."""
+    total = 0
+    for i in LAYERS:
+        group = model[i]._get_fsdp_state()._fsdp_param_group
+        total += sum(t.untyped_storage().nbytes() for p in group.fsdp_params
+                     for t in p.all_gather_outputs)
+    return total
+
+
+class CollectiveLog(TorchDispatchMode):
+    """Every collective FSDP2 itself issues (the ``c10d`` ops), in order: its name, the
+    number of elements of the full (unsharded) tensor it moves, the phase we are in,
+    its dtype and, with ``model``, the bytes gathered at that moment. DTensor's own
+    collectives (``_c10d_functional`` ops, e.g. in ``full_tensor()``) are not logged:
+    CommDebugMode counts those."""
+
+    def __init__(self, model: nn.Module | None = None) -> None:
         super().__init__()
-        self.calls, self.phase = [], "forward"
+        self.calls, self.phase, self.model, self.held = [], "forward", model, []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace == "c10d":
             # all-gather: (output = full, input = shard); reduce-scatter: (output =
             # shard, input = full); the full tensor is the larger of the two
             full = max(args[0].numel(), args[1].numel())
-            self.calls.append((func.__name__.split(".")[0], full, self.phase))
+            self.calls.append((func.__name__.split(".")[0], full, self.phase,
+                               str(args[0].dtype)))
+            if self.model is not None:  # the all-gather's output is allocated by now
+                self.held.append(gathered_bytes(self.model))
         return func(*args, **(kwargs or {}))
 
 
@@ -129,15 +157,28 @@ def gathered(model: nn.Module) -> list[bool]:
     return [not isinstance(model[i].weight, DTensor) for i in LAYERS]
 
 
-def logged_forward_backward(model: nn.Module, x, y) -> tuple[list, list[bool]]:
-    """One forward and backward under `CollectiveLog`; also which Linear modules still
-    hold their gathered weight between the two."""
-    with CollectiveLog() as log:
+def logged_forward_backward(model: nn.Module, x, y, held: bool = True) -> dict:
+    """One forward and backward under `CollectiveLog`: the collectives; which Linear
+    modules hold their gathered weight between the two; and (``held``) the bytes FSDP
+    keeps gathered at each collective, after forward and after backward."""
+    with CollectiveLog(model if held else None) as log:
         loss = F.mse_loss(model(x), y)
-        after_forward = gathered(model)
+        out = {"collectives": log.calls, "gathered_after_forward": gathered(model)}
+        if held:
+            out["bytes_after_forward"] = gathered_bytes(model)
         log.phase = "backward"
         loss.backward()
-    return log.calls, after_forward
+    if held:
+        out["bytes_at_collectives"] = log.held
+        out["bytes_after_backward"] = gathered_bytes(model)
+    return out
+
+
+class Scorer(nn.Linear):
+    """A Linear with a method other than forward that uses the weight."""
+
+    def score(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias).sum(1)
 
 
 def state_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
@@ -164,29 +205,44 @@ def fsdp2(ctx) -> dict:
     out["full_tensor_equal"] = all(torch.equal(p.full_tensor(), q) for p, q in
                                    zip(model.parameters(), reference.parameters()))
 
-    # train next to DDP, logging the collectives of the first step
+    # train next to DDP; in the first step, log the collectives and track memory
     ddp = DDP(reference)
     opt_f = torch.optim.Adam(model.parameters(), lr=LR)
     opt_d = torch.optim.Adam(ddp.parameters(), lr=LR)
+    no_clip = float("inf")  # clip_grad_norm_ then only measures: the factor is 1
     for step in range(STEPS):
         x, y = batch(rank, step, device=dev)
-        if step == 0:
-            out["collectives"], out["gathered_after_forward"] = (
-                logged_forward_backward(model, x, y))
+        if step > 0:
+            for net, opt in ((model, opt_f), (ddp, opt_d)):
+                F.mse_loss(net(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+            continue
+        with agv.track_memory(model, opt_f) as mem_f:
+            out.update(logged_forward_backward(model, x, y))
             g = model[0].weight.grad
             out["grad_type"] = f"{type(g).__name__} {g.placements}"
             out["grad_local_shape"] = list(g.to_local().shape)
-            with CollectiveLog() as step_log:  # the optimizer works on shards alone
+            with CommDebugMode() as clip_comm:  # the norm needs every rank's shards
+                norm_f = torch.nn.utils.clip_grad_norm_(model.parameters(), no_clip)
+            with CommDebugMode() as step_comm:  # the optimizer works on shards alone
                 opt_f.step()
-            out["optimizer_step_collectives"] = len(step_log.calls)
-        else:
-            F.mse_loss(model(x), y).backward()
-            opt_f.step()
-        F.mse_loss(ddp(x), y).backward()
-        opt_d.step()
-        if step == 0:  # gradients still there, optimizer state just created
-            out["bytes"] = {"fsdp2": state_bytes(model, opt_f),
-                            "ddp": state_bytes(ddp, opt_d)}
+        with agv.track_memory(ddp, opt_d) as mem_d:
+            F.mse_loss(ddp(x), y).backward()
+            norm_d = torch.nn.utils.clip_grad_norm_(ddp.parameters(), no_clip)
+            opt_d.step()
+        out["clip_collectives"] = {str(k): v for k, v in
+                                   clip_comm.get_comm_counts().items()}
+        out["optimizer_step_collectives"] = step_comm.get_total_counts()
+        out["clip_norm_type"] = type(norm_f).__name__
+        out["clip_norm_equals_ddp"] = bool(torch.allclose(
+            norm_f.full_tensor(), norm_d, rtol=1e-6, atol=0))
+        # gradients still there, optimizer state just created
+        out["bytes"] = {"fsdp2": state_bytes(model, opt_f),
+                        "ddp": state_bytes(ddp, opt_d)}
+        out["tracked"] = {
+            "fsdp2": {k: mem_f.current_by_category[k] for k in MEMORY},
+            "ddp": {k: mem_d.current_by_category[k] for k in MEMORY}}
         opt_f.zero_grad()
         opt_d.zero_grad()
     with torch.no_grad():
@@ -197,32 +253,73 @@ def fsdp2(ctx) -> dict:
     # reshard_after_forward=False: keep the gathered weights until backward
     kept = shard(tiny_mlp(0, dev), reshard_after_forward=False)
     x, y = batch(rank, 0, device=dev)
-    out["kept_collectives"], out["kept_gathered_after_forward"] = (
-        logged_forward_backward(kept, x, y))
+    out["kept"] = logged_forward_backward(kept, x, y)
 
     # the root's own parameters stay gathered after forward (the default)
     rooted = tiny_mlp(0, dev)
     fully_shard(rooted[0])
     fully_shard(rooted)  # the root now owns layers 2 and 4 itself
-    _, out["root_gathered_after_forward"] = logged_forward_backward(rooted, x, y)
+    out["root_gathered_after_forward"] = logged_forward_backward(
+        rooted, x, y, held=False)["gathered_after_forward"]
 
     # uneven rows: dim 0 is split like torch.chunk
     odd = nn.Sequential(nn.Linear(8, 5), nn.Linear(5, 1)).to(dev)
     fully_shard(odd)
     out["uneven_local_rows"] = [odd[i].weight.to_local().shape[0] for i in (0, 1)]
 
-    # mixed precision: bf16 compute, fp32 sharded parameters and gradients
-    mp = shard(tiny_mlp(0, dev), mp_policy=MixedPrecisionPolicy(
-        param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
-    y_mp = mp(x)
-    y_mp.float().sum().backward()
-    out["mp_dtypes"] = {"output": str(y_mp.dtype),
-                        "sharded param": str(mp[0].weight.dtype),
-                        "gradient": str(mp[0].weight.grad.dtype)}
+    # shard_placement_fn: shard a parameter on another dim (here dim 1 of a weight)
+    cols = nn.Linear(8, 16).to(dev)
+    fully_shard(cols, shard_placement_fn=lambda p: Shard(p.dim() - 1))
+    out["dim1_placements"] = str(cols.weight.placements)
+    out["dim1_local_shape"] = list(cols.weight.to_local().shape)
+
+    # a method other than forward runs no FSDP hook: its weight is still a shard
+    scorer = Scorer(8, 4).to(dev)
+    expected = Scorer(8, 4).to(dev)
+    expected.load_state_dict(scorer.state_dict())
+    fully_shard(scorer)
+    try:
+        scorer.score(x)
+        out["other_method_error"] = None
+    except (RuntimeError, ValueError, NotImplementedError) as err:
+        out["other_method_error"] = f"{type(err).__name__}: {err}".splitlines()[0]
+    register_fsdp_forward_method(scorer, "score")
+    out["registered_method_matches"] = bool(torch.allclose(
+        scorer.score(x), expected.score(x), atol=1e-6))
+
+    # a weight tied across two units: FSDP2 refuses it at the first forward
+    torch.manual_seed(0)
+    tied = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4)).to(dev)
+    tied[2].weight = tied[0].weight
+    for unit in (tied[0], tied[2], tied):
+        fully_shard(unit)
+    try:
+        tied(torch.ones(2, 4, device=dev))
+        out["tied_error"] = None
+    except ValueError as err:
+        out["tied_error"] = str(err)
+
+    # mixed precision: bf16 all-gather and compute, fp32 sharded parameters and
+    # gradients; the reduce-scatter in reduce_dtype (None: in param_dtype)
+    out["mp"] = {}
+    for reduce_dtype in (torch.float32, None):
+        mp = shard(tiny_mlp(0, dev), mp_policy=MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype))
+        with CollectiveLog() as mp_log:
+            y_mp = mp(x)
+            y_mp.float().sum().backward()
+        out["mp"][str(reduce_dtype)] = {
+            "output": str(y_mp.dtype),
+            "sharded param": str(mp[0].weight.dtype),
+            "gradient": str(mp[0].weight.grad.dtype),
+            "all-gather": sorted({d for n, _, _, d in mp_log.calls
+                                  if "allgather" in n}),
+            "reduce-scatter": sorted({d for n, _, _, d in mp_log.calls
+                                      if "reduce_scatter" in n})}
 
     # meta init: shapes without memory, then only this rank's shard is allocated
     with torch.device("meta"):
-        big = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 4096))
+        big = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024))
     for layer in (big[0], big[2]):
         fully_shard(layer)
     fully_shard(big)
@@ -238,19 +335,23 @@ def fsdp2(ctx) -> dict:
     out["full_bytes"] = sum(p.numel() * p.element_size() for p in big.parameters())
 
     # FSDP1 (FullyShardedDataParallel) on a machine without an accelerator
+    out["fsdp1_error"] = None  # on GPUs it builds; None then
     if dev.type == "cpu":
         from torch.distributed.fsdp import FullyShardedDataParallel
         try:
             FullyShardedDataParallel(tiny_mlp(0, dev))
-            out["fsdp1_error"] = None
         except RuntimeError as err:
             out["fsdp1_error"] = str(err)
     return out
 
 
+def run(ctx) -> dict:
+    """Both parts, for ch09_jobs.py or this file's own main."""
+    return {"zero": zero_stage1(ctx), "fsdp": fsdp2(ctx)}
+
+
 def main() -> None:
-    ctx = init_distributed()
-    publish(ctx.rank, {"zero": zero_stage1(ctx), "fsdp": fsdp2(ctx)})
+    report(run(init_distributed()))
 
 
 if __name__ == "__main__":
