@@ -3,8 +3,9 @@
 Reads `records.PipelineSchedule` only (no torch). Forward boxes are blue, backward boxes
 orange, each labelled with its microbatch (numbered from 0, as in the record); with
 interleaving the second and later model chunks are drawn in lighter shades. A lane's grey
-background is its idle time: the bubble. Legends sit below the axes, outside the data, and
-text is at least 9 pt where the box leaves room, for the ~730 px the site shows.
+background is its idle time: the bubble. Legends sit below the axes, outside the data. All
+text is at least 9 pt, for the ~730 px the site shows: a box too narrow for its number at
+9 pt is left unlabelled rather than labelled in smaller type.
 """
 from __future__ import annotations
 
@@ -24,8 +25,7 @@ _WIDTH_IN = 7.2  # inches: ~790 px at 110 dpi, shown at the site's ~730 px
 # (forward, backward) fill per model chunk; later chunks lighter.
 _FILLS = (("#4c72b0", "#dd8452"), ("#a5bbdd", "#efc1a1"), ("#d2ddee", "#f7e0d0"))
 _IDLE = "#e6e6e6"
-_LABEL_PT = 9
-_MIN_LABEL_PT = 6.5
+_LABEL_PT = 9  # the one size of the microbatch numbers
 
 
 def _fill(kind: str, chunk: int) -> str:
@@ -52,11 +52,10 @@ def _draw(ax: Axes, sched: PipelineSchedule, title: str | None, xmax: float) -> 
                                lw=0.8, zorder=1))
         label = str(op.microbatch)
         box_pt = width / xmax * axes_w_pt
-        size = min(_LABEL_PT, box_pt / (0.62 * len(label) + 0.3))
-        if size >= _MIN_LABEL_PT:
+        if box_pt >= _LABEL_PT * (0.62 * len(label) + 0.3):  # the number fits
             dark = op.chunk == 0
             ax.text(op.start + width / 2, op.stage, label, ha="center", va="center",
-                    fontsize=size, color="white" if dark else "#222222", zorder=2)
+                    fontsize=_LABEL_PT, color="white" if dark else "#222222", zorder=2)
     ax.set_yticks(range(sched.stages), [f"stage {s}" for s in range(sched.stages)])
     ax.tick_params(axis="y", length=0)
     ax.set_xlabel("time (t_forward = %g, t_backward = %g per stage)"

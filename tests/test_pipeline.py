@@ -116,6 +116,17 @@ def test_plots_draw_every_op():
         compare_pipelines([s, s], titles=["only one"])
 
 
+def test_plot_text_is_at_least_9_pt():
+    pytest.importorskip("matplotlib")
+    s = simulate_pipeline(4, 8, "interleaved", chunks=2)
+    fig = compare_pipelines([simulate_pipeline(4, 8, "gpipe"), s])
+    texts = [t for ax in fig.axes for t in ax.texts] + list(fig.legends[0].get_texts())
+    assert texts and min(t.get_fontsize() for t in texts) >= 9
+    # The wide backward boxes keep their numbers; the narrow forward ones lose them.
+    labelled = sum(1 for t in fig.axes[1].texts)
+    assert 0 < labelled < len(s.ops)
+
+
 @pytest.mark.parametrize("p, m, v", [(2, 4, 2), (4, 8, 2), (4, 16, 4), (4, 10, 3), (8, 8, 2)])
 def test_interleaved_order_is_torchs(p, m, v):
     """The per-device order equals the one torch's ScheduleInterleaved1F1B executes

@@ -1,14 +1,14 @@
 """A deliberate hang: rank 1 skips an all-reduce that rank 0 enters.
 
-Run alone: ``torchrun --standalone --nproc_per_node=2 ch10_hang.py --timeout 3`` (gloo on
-CPU, NCCL when each rank has a GPU); the job is meant to fail. Chapter 10 runs ``run()``
-from ``ch10_debugging.py``.
+Run alone: ``torchrun --standalone --nproc_per_node=2 ch10_hang.py --timeout 2``;
+the job is meant to fail. Chapter 10 runs ``run()`` from ``ch10_debugging.py``.
 
-The all-reduce runs on a group made with ``new_group(timeout=...)``, which bounds how long
-its collectives may wait. Rank 0 reports how long it waited and the error it got, asks a
-``monitored_barrier`` which rank is missing, and re-raises, so the job fails. Rank 1 stays
-alive (exiting would fail rank 0 at once, with a closed connection) until torchrun stops
-it.
+The all-reduce runs on a gloo group of CPU tensors made with ``new_group(timeout=...)``,
+which bounds how long its collectives may wait, whatever the job's default backend (with
+NCCL, a timed-out collective aborts the process from a watchdog thread instead). Rank 0
+reports how long it waited and the error it got, asks a ``monitored_barrier`` which rank
+is missing, and re-raises, so the job fails. Rank 1 stays alive (exiting would fail rank
+0 at once, with a closed connection) until torchrun stops it.
 """
 from __future__ import annotations
 
@@ -19,37 +19,40 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from autogradviz import init_distributed
-from ch10_common import publish
+from autogradviz import init_distributed, report
 
 
 def run(ctx, timeout: float) -> None:
     """Hang on purpose; rank 0 reports and raises after ``timeout`` seconds."""
-    short = dist.new_group(timeout=timedelta(seconds=timeout))  # the group that hangs
-    spare = dist.new_group(backend="gloo")  # for the diagnosis: gloo has monitored_barrier
-    dist.barrier()  # both ranks are here: what follows is the skipped collective alone
+    spare = dist.new_group(backend="gloo")  # for the diagnosis, after `short` failed
+    dist.barrier(group=spare)  # both ranks are here: the short timeout starts now
+    short = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
     if ctx.rank == 1:
-        time.sleep(timeout + 30)  # skips the all-reduce; stopped when rank 0 fails
+        time.sleep(timeout + 60)  # skips the all-reduce; stopped when rank 0 fails
         return
     start = time.perf_counter()
     try:
-        dist.all_reduce(torch.ones(4, device=ctx.device), group=short)
+        dist.all_reduce(torch.ones(4), group=short)
     except RuntimeError as err:
         waited = time.perf_counter() - start
-        publish(ctx.rank, {"hang": {"waited_s": waited, "timeout_s": timeout,
-                                    "error_type": type(err).__name__, "error": str(err)}})
+        report({"hang": {"waited_s": waited, "timeout_s": timeout,
+                         "error_type": type(err).__name__, "error": str(err)}})
         # Which rank is missing? A monitored barrier names the ranks that do not arrive.
         # It runs on the spare group: the timeout closed the first group's connections.
+        start = time.perf_counter()
         try:
-            dist.monitored_barrier(spare, timeout=timedelta(seconds=1), wait_all_ranks=True)
+            dist.monitored_barrier(spare, timeout=timedelta(seconds=1),
+                                   wait_all_ranks=True)
         except RuntimeError as barrier_err:
-            publish(ctx.rank, {"monitored_barrier_error": str(barrier_err)})
+            report({"monitored_barrier_error": str(barrier_err),
+                    "monitored_barrier_s": time.perf_counter() - start})
         raise
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--timeout", type=float, default=3.0, help="collective timeout, s")
+    parser.add_argument("--timeout", type=float, default=2.0,
+                        help="collective timeout, s")
     ctx = init_distributed(timeout_s=60)
     run(ctx, parser.parse_args().timeout)
 

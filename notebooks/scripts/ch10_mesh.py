@@ -1,7 +1,7 @@
 """A 2-D device mesh on 4 ranks: which ranks share each data- and tensor-parallel group.
 
-Run alone: ``torchrun --standalone --nproc_per_node=4 ch10_mesh.py`` (gloo on CPU, NCCL when
-each rank has a GPU). Chapter 10 runs ``run()`` from ``ch10_model_parallel.py``.
+Run alone: ``torchrun --standalone --nproc_per_node=4 ch10_mesh.py`` (gloo on CPU, NCCL
+when each rank has a GPU). Chapter 10 runs ``run()`` from ``ch10_model_parallel.py``.
 
 ``init_device_mesh(device, (2, 2), mesh_dim_names=("dp", "tp"))`` lays the ranks out
 row-major, tp innermost, so ranks 0 and 1 form a tensor-parallel pair as the GPUs of one
@@ -14,28 +14,30 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from autogradviz import init_distributed
-from ch10_common import publish
+from autogradviz import init_distributed, report
 
 
 def run(ctx, mesh) -> dict:
-    """This rank's place in ``mesh`` and the members of its group along each dimension."""
+    """This rank's place in ``mesh`` and the members of its group along each
+    dimension."""
     out = {"coordinate": mesh.get_coordinate(), "mesh": mesh.mesh.tolist()}
     for dim in mesh.mesh_dim_names:
         group = mesh.get_group(dim)
         total = torch.tensor([float(ctx.rank)], device=ctx.device)
         dist.all_reduce(total, group=group)  # sums the ranks of this group only
         out[dim] = {"ranks": dist.get_process_group_ranks(group),
-                    "local_rank": mesh.get_local_rank(dim), "sum_of_ranks": total.item()}
+                    "local_rank": mesh.get_local_rank(dim),
+                    "sum_of_ranks": total.item()}
     return out
 
 
 def main() -> None:
     ctx = init_distributed(timeout_s=60)
     if ctx.world_size != 4:
-        raise SystemExit(f"run on 4 processes (--nproc_per_node=4), not {ctx.world_size}")
+        raise SystemExit(f"run on 4 processes (--nproc_per_node=4), "
+                         f"not {ctx.world_size}")
     mesh = init_device_mesh(ctx.device.type, (2, 2), mesh_dim_names=("dp", "tp"))
-    publish(ctx.rank, run(ctx, mesh))
+    report(run(ctx, mesh))
 
 
 if __name__ == "__main__":

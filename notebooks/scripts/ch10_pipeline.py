@@ -1,13 +1,14 @@
-"""A real pipeline: torch.distributed.pipelining runs GPipe and 1F1B, one stage per rank.
+"""A real pipeline: torch.distributed.pipelining runs GPipe and 1F1B, a stage per rank.
 
-Run alone: ``torchrun --standalone --nproc_per_node=4 ch10_pipeline.py`` (gloo on CPU, NCCL
-when each rank has a GPU). Chapter 10 runs ``run()`` from ``ch10_model_parallel.py``.
+Run alone: ``torchrun --standalone --nproc_per_node=4 ch10_pipeline.py`` (gloo on CPU,
+NCCL when each rank has a GPU). Chapter 10 runs ``run()`` from
+``ch10_model_parallel.py``.
 
-An 8-layer MLP is cut into one stage per rank, and ``ScheduleGPipe`` and ``Schedule1F1B``
-each train one step on 8 microbatches. Every stage records the order in which the schedule
-ran its forward and backward chunks (wrapping ``PipelineStage.forward_one_chunk`` and
-``backward_one_chunk``); the last stage reports the loss, which must equal the
-unpipelined model's.
+An 8-layer MLP is cut into one stage per rank, and ``ScheduleGPipe`` and
+``Schedule1F1B`` each train one step on 8 microbatches. Every stage records the order in
+which the schedule ran its forward and backward chunks (wrapping
+``PipelineStage.forward_one_chunk`` and ``backward_one_chunk``); the last stage reports
+the loss, which must equal the unpipelined model's.
 """
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ import torch
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from autogradviz import init_distributed
-from ch10_common import publish
+from autogradviz import init_distributed, report
 
 WIDTH, BATCH, LAYERS = 16, 32, 8
 
@@ -31,7 +31,8 @@ def full_model() -> nn.Sequential:
 
 
 def recorded(stage: PipelineStage, order: list) -> None:
-    """Make ``stage`` log ("F" or "B", microbatch) each time the schedule runs a chunk."""
+    """Make ``stage`` log ("F" or "B", microbatch) each time the schedule runs a
+    chunk."""
     forward, backward = stage.forward_one_chunk, stage.backward_one_chunk
 
     def forward_one_chunk(mb, *args, **kwargs):
@@ -42,15 +43,16 @@ def recorded(stage: PipelineStage, order: list) -> None:
         order.append(("B", mb))
         return backward(mb, *args, **kwargs)
 
-    stage.forward_one_chunk, stage.backward_one_chunk = forward_one_chunk, backward_one_chunk
+    stage.forward_one_chunk = forward_one_chunk
+    stage.backward_one_chunk = backward_one_chunk
 
 
 def run(ctx, microbatches: int = 8) -> dict:
     """Run GPipe and 1F1B with one stage per rank; each one's order and loss."""
     p, s = ctx.world_size, ctx.rank
     gen = torch.Generator().manual_seed(1)
-    x, y = torch.randn(BATCH, WIDTH, generator=gen), torch.randn(BATCH, WIDTH, generator=gen)
-    x, y = x.to(ctx.device), y.to(ctx.device)
+    x = torch.randn(BATCH, WIDTH, generator=gen).to(ctx.device)
+    y = torch.randn(BATCH, WIDTH, generator=gen).to(ctx.device)
     with torch.no_grad():
         reference = nn.functional.mse_loss(full_model().to(ctx.device)(x), y).item()
     per_stage = LAYERS // p
@@ -60,7 +62,8 @@ def run(ctx, microbatches: int = 8) -> dict:
         stage = PipelineStage(part, s, p, ctx.device)
         order: list = []
         recorded(stage, order)
-        schedule = schedule_class(stage, microbatches, loss_fn=nn.functional.mse_loss)
+        schedule = schedule_class(stage, microbatches,
+                                  loss_fn=nn.functional.mse_loss)
         losses: list = []
         if s == 0:
             schedule.step(x)
@@ -77,7 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--microbatches", type=int, default=8)
     ctx = init_distributed(timeout_s=60)
-    publish(ctx.rank, run(ctx, parser.parse_args().microbatches))
+    report(run(ctx, parser.parse_args().microbatches))
 
 
 if __name__ == "__main__":

@@ -4,24 +4,32 @@ Run alone: ``TORCH_DISTRIBUTED_DEBUG=INFO torchrun --standalone --nproc_per_node
 ch10_unused.py`` (gloo on CPU, NCCL when each rank has a GPU). Chapter 10 runs ``run()``
 from ``ch10_debugging.py``.
 
-The model has a branch that forward never calls, so its weight and bias (parameter indices
-2 and 3) never receive a gradient. With ``find_unused_parameters=False`` (the default) the
-Reducer waits for their buckets forever; it notices only when the next forward begins and
-the previous reduction never finished. Every rank records the iteration and the error, then
-trains the same model again with ``find_unused_parameters=True``, which marks the unused
-parameters ready after each forward. (Do not set TORCH_DISTRIBUTED_DEBUG=DETAIL here: in
-torch 2.13, building DDP under DETAIL on gloo crashes the process.)
+The model has a branch that forward never calls, so its weight and bias (parameter
+indices 2 and 3) never receive a gradient. With ``find_unused_parameters=False`` (the
+default) the Reducer waits for their buckets forever; it notices only when the next
+forward begins and the previous reduction never finished. Every rank records the
+iteration and the error, then trains the same model again with
+``find_unused_parameters=True``, which marks the unused parameters ready after each
+forward.
+
+Do not set TORCH_DISTRIBUTED_DEBUG=DETAIL here: in torch 2.13, building DDP on a gloo
+group under DETAIL crashes the process. ``python ch10_unused.py --alone`` shows it in a
+process of its own (a 1-rank group, no torchrun); ``start_alone_under_detail`` starts
+that process with DETAIL set, so the crash does not take a job down.
 """
 from __future__ import annotations
 
+import argparse
 import os
+import subprocess
+import sys
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from autogradviz import init_distributed
-from ch10_common import publish
+from autogradviz import init_distributed, report
 
 
 class TwoHeads(nn.Module):
@@ -43,7 +51,8 @@ def batch(rank: int, step: int, device: torch.device) -> torch.Tensor:
 
 
 def run(ctx) -> dict:
-    """Train until DDP raises, then with ``find_unused_parameters=True``; what happened."""
+    """Train until DDP raises, then with ``find_unused_parameters=True``; report
+    what happened."""
     torch.manual_seed(0)
     model = TwoHeads().to(ctx.device)
     ddp = DDP(model)  # find_unused_parameters=False, the default
@@ -74,9 +83,32 @@ def run(ctx) -> dict:
             "fixed_unused_grad_is_none": fixed.module.unused.weight.grad is None}
 
 
+def build_alone() -> None:
+    """Build DDP on a 1-rank gloo group in this process, and say so if it survives."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    DDP(TwoHeads())
+    print("built DDP", flush=True)
+    dist.destroy_process_group()
+
+
+def start_alone_under_detail() -> subprocess.Popen:
+    """``python ch10_unused.py --alone`` under TORCH_DISTRIBUTED_DEBUG=DETAIL, started
+    now; its ``wait()`` gives the exit code (-11: killed by SIGSEGV)."""
+    env = {**os.environ, "TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
+    return subprocess.Popen([sys.executable, __file__, "--alone"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--alone", action="store_true",
+                        help="build DDP in this process only (no torchrun)")
+    if parser.parse_args().alone:
+        build_alone()
+        return
     ctx = init_distributed(timeout_s=60)
-    publish(ctx.rank, {"unused": run(ctx)})
+    report({"unused": run(ctx)})
 
 
 if __name__ == "__main__":
