@@ -155,7 +155,7 @@ def _check_content_page(page, url: str, name: str, report: SiteReport, needs_fig
     if figures["broken"]:
         report.problems.append(f"{name}: images that did not load: {figures['broken']}")
     report.pages[name] = f"{n_math} math, {figures['count']} figures"
-    page.wait_for_load_state("networkidle")
+    page.wait_for_load_state("networkidle", timeout=90_000)  # busy 2-core machines
 
 
 _CHAPTER_JS = r"""(minScale) => {
