@@ -31,12 +31,17 @@ def run(ctx, mesh) -> dict:
     return out
 
 
-def main() -> None:
+def start_2x2():
+    """Join the 4-process job and build its (dp=2, tp=2) mesh: (context, mesh)."""
     ctx = init_distributed(timeout_s=60)
     if ctx.world_size != 4:
         raise SystemExit(f"run on 4 processes (--nproc_per_node=4), "
                          f"not {ctx.world_size}")
-    mesh = init_device_mesh(ctx.device.type, (2, 2), mesh_dim_names=("dp", "tp"))
+    return ctx, init_device_mesh(ctx.device.type, (2, 2), mesh_dim_names=("dp", "tp"))
+
+
+def main() -> None:
+    ctx, mesh = start_2x2()
     report(run(ctx, mesh))
 
 

@@ -11,20 +11,15 @@ The four ranks form a (dp=2, tp=2) device mesh. Each rank reports, under its own
 """
 from __future__ import annotations
 
-from torch.distributed.device_mesh import init_device_mesh
 
 import ch10_mesh
 import ch10_pipeline
 import ch10_tensor_parallel
-from autogradviz import init_distributed, report
+from autogradviz import report
 
 
 def main() -> None:
-    ctx = init_distributed(timeout_s=60)
-    if ctx.world_size != 4:
-        raise SystemExit(f"run on 4 processes (--nproc_per_node=4), "
-                         f"not {ctx.world_size}")
-    mesh = init_device_mesh(ctx.device.type, (2, 2), mesh_dim_names=("dp", "tp"))
+    ctx, mesh = ch10_mesh.start_2x2()
     report({"tp": ch10_tensor_parallel.run(ctx, mesh["tp"]),
             "pipeline": ch10_pipeline.run(ctx),
             "mesh": ch10_mesh.run(ctx, mesh)})
