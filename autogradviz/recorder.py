@@ -94,18 +94,84 @@ class _Live(weakref.ref):
 
 
 class _Saved:
-    """What the pack hook hands autograd: the saved tensor plus a ticket that
-    tells the ledger, when autograd drops it, that one holder fewer remains."""
+    """What the pack hook hands autograd: the saved tensor, what autograd's own
+    in-place check needs (see `_check_version`), and a ticket that tells the
+    ledger, when autograd drops it, that one holder fewer remains (``entry`` is
+    None for a tensor off the watched device: checked, not counted)."""
 
-    __slots__ = ("tensor", "entry", "ledger")
-
-    def __init__(self, tensor: torch.Tensor, entry: _Live, ledger: StorageLedger) -> None:
-        self.tensor = tensor
-        self.entry = entry
-        self.ledger = ledger
+    __slots__ = ("tensor", "entry", "ledger", "version", "source", "fn_name", "output_nr")
 
     def __del__(self) -> None:
-        self.ledger._unsave(self.entry)
+        if self.entry is not None:
+            self.ledger._unsave(self.entry)
+
+
+_next_sequence_nr = torch._C._autograd._get_sequence_nr
+
+
+def _save(t: torch.Tensor, entry: _Live | None, ledger: StorageLedger) -> _Saved:
+    """Pack ``t`` as autograd would keep it: detached (holding an output itself
+    would make a cycle through its grad_fn; a detached tensor shares the version
+    counter, which is all the check reads) plus the facts torch's error names."""
+    s = _Saved()
+    s.entry = entry
+    s.ledger = ledger
+    s.version = t._version
+    s.source = s.fn_name = None
+    fn = t.grad_fn
+    if fn is not None:
+        s.output_nr = t.output_nr
+        if fn._sequence_nr() == _next_sequence_nr() - 1:
+            # An output of the Node being built now (the newest on this thread): torch
+            # names that Node, so its name is all we keep.
+            s.fn_name = fn.name()
+        else:
+            # An input: torch keeps the original tensor (no cycle: its grad_fn is
+            # upstream) and names the grad_fn it has at unpack, after the in-place op.
+            s.source = t
+    # A plain tensor's detach (a view: nothing for the ledger) skips the Python
+    # dispatch modes, so this bookkeeping op costs no mode round trip and stays
+    # out of any other mode's view; subclasses take the normal path.
+    if type(t) is torch.Tensor:
+        with torch._C._DisableTorchDispatch():
+            s.tensor = t.detach()
+    else:
+        s.tensor = t.detach()
+    return s
+
+
+def _forward_name(node_name: str) -> str:
+    """How torch's in-place error names a Node: ``ReluBackward0`` -> ``Relu``."""
+    cut = node_name.rfind("Backward")
+    return node_name[:cut] if cut > 0 else node_name
+
+
+def _check_version(s: _Saved) -> None:
+    """Raise autograd's own in-place error when ``s.tensor`` changed since it was saved.
+
+    Saved-tensor hooks switch that check off in torch (the hooks own the saved
+    value), so the ledger, which must not change what the watched code does, makes
+    it here, at the same point (the unpack) with the same message. Which Node the
+    message names follows torch: for a tensor saved as an output, the Node that
+    saved it; for a saved input, the grad_fn the tensor has now."""
+    current = s.tensor._version
+    shape = list(s.tensor.shape)
+    name = s.fn_name
+    if s.source is not None:
+        fn = s.source.grad_fn
+        name = fn.name() if fn is not None else None
+    where = "" if name is None else f", which is output {s.output_nr} of {_forward_name(name)},"
+    if torch.is_anomaly_enabled():
+        hint = ("Hint: the backtrace further above shows the operation that failed to compute "
+                "its gradient. The variable in question was changed in there or anywhere "
+                "later. Good luck!")
+    else:
+        hint = ("Hint: enable anomaly detection to find the operation that failed to compute "
+                "its gradient, with torch.autograd.set_detect_anomaly(True, check_nan=False).")
+    raise RuntimeError(
+        "one of the variables needed for gradient computation has been modified by an "
+        f"inplace operation: [{s.tensor.type()} {shape}]{where} is at version {current}; "
+        f"expected version {s.version} instead. {hint}")
 
 
 class _Held:
@@ -457,21 +523,15 @@ class StorageLedger(TorchDispatchMode):
             self._unsave(w.entry)
 
     def _pack(self, t: torch.Tensor) -> Any:
-        e = self.hold(t)
-        if e is None:  # not on the watched device; detach() for the same reason as below
-            return t.detach()
-        # detach(): holding the output itself would make a cycle through its grad_fn.
-        # A plain tensor's detach (a view: nothing for the ledger) skips the
-        # Python dispatch modes, so this bookkeeping op costs no mode round trip
-        # and stays out of any other mode's view; subclasses take the normal path.
-        if type(t) is torch.Tensor:
-            with torch._C._DisableTorchDispatch():
-                return _Saved(t.detach(), e, self)
-        return _Saved(t.detach(), e, self)
+        return _save(t, self.hold(t), self)
 
     @staticmethod
     def _unpack(packed: Any) -> torch.Tensor:
-        return packed.tensor if type(packed) is _Saved else packed
+        if type(packed) is not _Saved:
+            return packed
+        if packed.tensor._version != packed.version:
+            _check_version(packed)
+        return packed.tensor
 
     def _unsave(self, e: _Live) -> None:
         if not self._active:
