@@ -84,6 +84,9 @@ class LayoutPolicy:
     """How to draw: chosen from graph size and hub in-degree by `choose_policy`."""
 
     hub_copies: int | None = 4  # AccumulateGrad with more in-edges is drawn per consumer
+    # A Node with more next functions than this draws its long edges from a copy of
+    # itself beside each far target (see `_far_edges`); None draws every edge in full.
+    fanout_copies: int | None = None
     saved: bool = True  # draw saved tensors
     splines: str = "spline"
     cheap: bool = False  # fewer layout passes
@@ -111,11 +114,12 @@ def choose_policy(graph: Graph) -> LayoutPolicy:
     if n <= 300:
         return LayoutPolicy()
     if n <= 1500:
-        return LayoutPolicy(hub_copies=2, saved=False, splines="line", cheap=True,
-                            note="saved tensors not drawn")
+        return LayoutPolicy(hub_copies=2, fanout_copies=4, saved=False, splines="line",
+                            cheap=True, note="saved tensors not drawn")
     # Above 1,500 Nodes the capped simplex: 0.05 x nodes iterations (see the module docstring).
-    return LayoutPolicy(hub_copies=1, saved=False, splines="false", cheap=True, clusters=False,
-                        simplex_per_node=0.05, newrank=True, note="saved tensors not drawn")
+    return LayoutPolicy(hub_copies=1, fanout_copies=4, saved=False, splines="false", cheap=True,
+                        clusters=False, simplex_per_node=0.05, newrank=True,
+                        note="saved tensors not drawn")
 
 
 def _cheaper(policy: LayoutPolicy) -> LayoutPolicy | None:
@@ -124,8 +128,8 @@ def _cheaper(policy: LayoutPolicy) -> LayoutPolicy | None:
     Only the layout settings are compared: a retry that differs in its caption note
     alone would miss the `_run_dot` cache and run the same layout a second time.
     """
-    cheapest = replace(policy, hub_copies=1, saved=False, splines="false", cheap=True,
-                       clusters=False, simplex_per_node=0.05, newrank=True,
+    cheapest = replace(policy, hub_copies=1, fanout_copies=4, saved=False, splines="false",
+                       cheap=True, clusters=False, simplex_per_node=0.05, newrank=True,
                        note="simplified layout; saved tensors not drawn")
     return None if replace(cheapest, note=policy.note) == policy else cheapest
 
@@ -209,6 +213,54 @@ def _cluster_tree(graph: Graph, members: dict[str, list[str]]) -> list[str]:
     return lines
 
 
+# Rank span (in Nodes along the longest path below) past which an edge of a fan-out
+# Node is drawn from a copy: each rank an edge crosses is one more node for `dot`.
+_FAR_SPAN = 8
+
+
+def _far_edges(graph: Graph, limit: int | None) -> set[int]:
+    """Indices into `graph.edges` of the long edges of Nodes with more than `limit` of them.
+
+    The shape this is for: `torch.stack` of an unrolled decoder's per-step outputs. Its
+    StackBackward0 has one next function per step, and the edge to step 1 crosses every
+    rank of the unrolled chain; 50 such edges made `dot` lay out ~28,000 virtual nodes
+    (8 s for a 50-step GRUCell decoder). Ranks are estimated by each Node's height (the
+    longest path below it), which is what places a Node in a chain.
+    """
+    if limit is None:
+        return set()
+    out: dict[int, list[int]] = {}
+    for k, (s, _) in enumerate(graph.edges):
+        out.setdefault(s, []).append(k)
+    wide = {s: ks for s, ks in out.items() if len(ks) > limit}
+    if not wide:
+        return set()
+    height = _heights(graph, out)
+    return {k for s, ks in wide.items() for k in ks
+            if height[s] - height[graph.edges[k][1]] > _FAR_SPAN}
+
+
+def _heights(graph: Graph, out: dict[int, list[int]]) -> dict[int, int]:
+    """Longest path (in edges) from each function Node down to a Node with no next function."""
+    height: dict[int, int] = {}
+    for root in out:
+        if root in height:
+            continue
+        stack: list[tuple[int, bool]] = [(root, False)]  # iterative post-order: chains are deep
+        while stack:
+            v, done = stack.pop()
+            if done:
+                height[v] = max((height[graph.edges[k][1]] + 1 for k in out.get(v, ())),
+                                default=0)
+                continue
+            if v in height:
+                continue
+            stack.append((v, True))
+            stack.extend((graph.edges[k][1], False) for k in out.get(v, ())
+                         if graph.edges[k][1] not in height)
+    return height
+
+
 def _drawn(graph: Graph, *, group_modules: bool, depth: int | None, rollup: bool,
            expand: Iterable[str]) -> Graph:
     """Check the module options and apply roll-up: the graph the drawing shows."""
@@ -270,8 +322,11 @@ def to_dot(graph: Graph, *, policy: LayoutPolicy | None = None, id_prefix: str =
     members: dict[str, list[str]] = {}
     top: list[str] = []
 
-    def place(n: GraphNode, name: str) -> None:
+    def place(n: GraphNode, name: str, copy: bool = False) -> None:
         line = _node_line(name, n, id_prefix, colors.get(n.id), show_attrs)
+        if copy:  # a second box of a Node drawn elsewhere: dashed
+            line = line[:-2] + ', style="filled,dashed"];'
+
         mod = n.module
         if group_modules and policy.clusters and mod:
             if depth is not None:
@@ -294,8 +349,16 @@ def to_dot(graph: Graph, *, policy: LayoutPolicy | None = None, id_prefix: str =
         if n.id in hubs or n.id in hidden:
             continue
         place(n, f"n{n.id}")
-    for s, d in graph.edges:
-        if d in hubs:
+    far = _far_edges(graph, policy.fanout_copies)
+    for k, (s, d) in enumerate(graph.edges):
+        if k in far and d not in hubs:
+            # The edge leaves a dashed copy of `s` placed beside `d` (names n<s>_<k>, as
+            # hub copies: the HTML tooltips and tests map a copy back to its Node).
+            name = f"n{s}_{copy_count[s]}"
+            copy_count[s] += 1
+            place(nodes[s], name, copy=True)
+            edge(name, f"n{d}")
+        elif d in hubs:
             k = copy_count[d]
             copy_count[d] += 1
             name = f"n{d}_{k}"
