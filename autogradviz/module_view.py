@@ -326,4 +326,11 @@ def render_svg(graph: ModuleGraph, *, rollup: bool = True, direction: str = "TB"
     from . import render  # dot binary lookup, cached runner, SVG clean-up
 
     dot = to_dot(graph, rollup=rollup, direction=direction)
-    return render.clean_svg(render._run_dot(render._dot_binary(), dot, "svg", timeout).decode())
+    try:
+        svg = render._run_dot(render._dot_binary(), dot, "svg", timeout)
+    except render.LayoutTimeout as err:
+        fix = ("record fewer calls with trace_modules(model, ..., depth=1)"
+               + ("" if rollup else ", draw repeated calls once with .svg(rollup=True)")
+               + ", or pass a larger .svg(timeout=...); .to_dot() gives the text without a layout")
+        raise render.LayoutTimeout(f"{err}; {fix}") from None
+    return render.clean_svg(svg.decode())

@@ -54,6 +54,7 @@ from .rollup import roll_up
 
 __all__ = [
     "GraphvizNotFound",
+    "LayoutTimeout",
     "LayoutPolicy",
     "choose_policy",
     "to_dot",
@@ -77,6 +78,13 @@ PNG_MAX_PIXELS = 32767
 
 class GraphvizNotFound(RuntimeError):
     """Raised when rendering needs the `dot` binary and it is missing."""
+
+
+class LayoutTimeout(RuntimeError):
+    """Raised when Graphviz `dot` runs past its timeout; the message says what to draw instead.
+
+    Replaces `subprocess.TimeoutExpired`, which names a command line and no way out.
+    """
 
 
 @dataclass(frozen=True)
@@ -449,8 +457,15 @@ def _dot_binary() -> str:
 # only thing that can hit; a timeout raises and is not cached.
 @functools.lru_cache(maxsize=64)
 def _run_dot(exe: str, dot: str, fmt: str, timeout: float) -> bytes:
-    proc = subprocess.run([exe, f"-T{fmt}"], input=dot.encode(), capture_output=True,
-                          timeout=timeout)
+    try:
+        proc = subprocess.run([exe, f"-T{fmt}"], input=dot.encode(), capture_output=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        nodes = dot.count(" [id=") or dot.count(" [label=")
+        raise LayoutTimeout(
+            f"Graphviz `dot` did not lay out this drawing ({nodes:,} boxes) within "
+            f"{timeout:g} s"
+        ) from None
     if proc.returncode != 0:
         raise RuntimeError(
             f"dot failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[:500]}"
@@ -475,6 +490,11 @@ def summary_dot(graph: Graph, note: str) -> str:
             f"<b>{head}</b></td></tr>{rows}</table>>];\n}}\n")
 
 
+# What to do when a `Graph` layout times out (said in the summary table and in errors).
+GRAPH_FIX = ("draw fewer boxes with .svg(rollup=True) (repeated blocks and loop steps once), "
+             "fewer module clusters with depth=1, or pass a larger timeout=; "
+             ".to_dot() gives the text without a layout")
+
 # The summary is a single table: it lays out in milliseconds, so it gets a fixed allowance.
 _SUMMARY_TIMEOUT = 30.0
 
@@ -493,10 +513,13 @@ def _layout(graph: Graph, fmt: str, timeout: float, policy: LayoutPolicy | None,
     for p in attempts:
         try:
             return _run_dot(exe, to_dot(graph, policy=p, **options), fmt, timeout)
-        except subprocess.TimeoutExpired:
+        except LayoutTimeout:
             continue
-    note = f"layout took over {timeout:g} s, showing Node counts"
-    return _run_dot(exe, summary_dot(drawn, note), fmt, _SUMMARY_TIMEOUT)
+    note = f"layout took over {timeout:g} s, showing Node counts; {GRAPH_FIX}"
+    try:
+        return _run_dot(exe, summary_dot(drawn, note), fmt, _SUMMARY_TIMEOUT)
+    except LayoutTimeout as err:  # a machine too busy for even a one-box layout
+        raise LayoutTimeout(f"{err}; {GRAPH_FIX}") from None
 
 
 def render_svg(graph: Graph, *, timeout: float = 30.0, policy: LayoutPolicy | None = None,

@@ -345,3 +345,21 @@ def test_block_applied_repeatedly_rolls_into_one_cluster() -> None:
     # The four calls' boxes and joining ops are drawn once instead of four times.
     per_call = (drawn_nodes(unrolled) - 2) // 4
     assert drawn_nodes(rolled) == per_call + 2
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="needs Graphviz dot")
+def test_layout_timeout_is_a_package_error_naming_the_fix() -> None:
+    import subprocess
+
+    from autogradviz import render
+
+    g = trace_modules(Unrolled(), torch.randn(5, 4, 8))
+    render._run_dot.cache_clear()  # a cached layout would not time out
+    for rollup in (True, False):
+        with pytest.raises(render.LayoutTimeout) as info:
+            g.svg(rollup=rollup, timeout=1e-4)  # no layout finishes this fast
+        assert not isinstance(info.value, subprocess.TimeoutExpired)
+        assert info.value.__cause__ is None and info.value.__suppress_context__
+        msg = str(info.value)
+        assert "depth=1" in msg and "timeout=" in msg and "within 0.0001 s" in msg
+        assert ("rollup=True" in msg) == (not rollup)

@@ -149,6 +149,25 @@ def test_layout_timeout_falls_back_to_summary():
     assert re.search(rf">AccumulateGrad</text>.*?>{n_acc}</text>", svg, flags=re.S)
 
 
+@needs_dot
+def test_summary_names_the_fix_and_no_subprocess_error_escapes(monkeypatch):
+    g = _lstm_graph(30)
+    render._run_dot.cache_clear()
+    svg = g.svg(timeout=1e-4)
+    assert "rollup=True" in svg and "timeout=" in svg  # the summary says what to do
+    # Even the one-table summary timing out (a stalled machine) is the package's error.
+    def always_late(cmd, input, capture_output, timeout):
+        raise subprocess.TimeoutExpired(cmd, timeout)
+
+    render._run_dot.cache_clear()
+    monkeypatch.setattr(render.subprocess, "run", always_late)
+    for view in (g.svg, g.png, g.html):
+        with pytest.raises(render.LayoutTimeout, match=r"rollup=True.*timeout=") as info:
+            view(timeout=1.0)
+        assert not isinstance(info.value, subprocess.TimeoutExpired)
+    render._run_dot.cache_clear()
+
+
 def _count_dot_runs(monkeypatch) -> list[str]:
     """Replace the `dot` subprocess: layouts time out, the summary table succeeds."""
     runs: list[str] = []
