@@ -45,6 +45,7 @@ from .render import SVG, GraphvizNotFound, LayoutPolicy
 from .rollup import roll_up
 from .stepper import backward_order
 from .storage import storage_map
+from .versions import VERSION_FACTS, VersionFact, outcome, version_fact
 
 __all__: list[str] = [
     "BackwardOrder",
@@ -80,6 +81,8 @@ __all__: list[str] = [
     "StorageBlock",
     "StorageMap",
     "TensorLayout",
+    "VERSION_FACTS",
+    "VersionFact",
     "activation_bytes_per_layer",
     "backward_order",
     "compare_memory",
@@ -89,6 +92,7 @@ __all__: list[str] = [
     "init_distributed",
     "live",
     "model_state_bytes",
+    "outcome",
     "plot_comm",
     "plan_memory",
     "record_comm",
@@ -104,5 +108,6 @@ __all__: list[str] = [
     "trace_grads",
     "trace_modules",
     "track_memory",
+    "version_fact",
     "written_for",
 ]
