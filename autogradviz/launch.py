@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,6 +231,82 @@ def _failed_ranks(log: str, errors: dict[int, str]) -> tuple[int, ...]:
     return tuple(sorted(errors))
 
 
+# What a rank raises when a peer it was talking to went away: gloo's "Connection closed
+# by peer", a reset or broken socket, NCCL's aborted communicator, torch's network and
+# backend errors from a collective. Such a rank failed because another one did.
+_PEER_LOST = re.compile(
+    r"Connection (closed|reset) by peer|Broken pipe|Connection refused|ECONNRESET|EPIPE|"
+    r"remote process exited|communicator was aborted|NCCL Error \d+: remote|"
+    r"peer .* (closed|crashed)", re.I)
+
+
+def _lost_peer(kind: str, error: str) -> bool:
+    """Whether a rank's error says it lost a peer rather than failing on its own."""
+    return kind in ("DistNetworkError",) or bool(_PEER_LOST.search(error))
+
+
+def _error_records(folder: Path) -> dict[int, dict[str, Any]]:
+    """Rank -> the ``error<r>.json`` its exception hook wrote (see `_record_failures`)."""
+    records = {}
+    for path in folder.glob("error*.json"):
+        try:
+            rec = json.loads(path.read_text())
+            records[int(rec["rank"])] = rec
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return records
+
+
+def _blame(records: dict[int, dict[str, Any]], log: str, errors: dict[int, str],
+           nproc: int) -> tuple[tuple[int, ...], list[str]]:
+    """The rank(s) that failed first and one line (or a few) per failed rank.
+
+    With the ranks' own records: the earliest exception that is not a lost connection is
+    the root cause; a rank that only lost its peer is said to have done so. When every
+    record is a lost connection, the cause left no Python record (killed, crashed): the
+    rank torchrun names, else the ranks with no record. Without records: torchrun's
+    summary, else every rank with a Python error."""
+    if not records:
+        failed = _failed_ranks(log, errors)
+        return failed, [f"rank {r}: {errors[r]}" if r in errors else
+                        f"rank {r}: exited with code {_exit_code(log, r)}, printing nothing "
+                        "to stderr" for r in failed]
+    order = sorted(records, key=lambda r: records[r]["time_ns"])
+    own = [r for r in order if not _lost_peer(records[r]["type"], records[r]["error"])]
+    if own:
+        root: tuple[int, ...] = (own[0],)
+    else:
+        silent = tuple(r for r in _failed_ranks(log, {}) if r not in records) or tuple(
+            r for r in range(nproc) if r not in records)
+        root = silent or (order[0],)
+    lines = []
+    for r in root:
+        if r in records:
+            lines.append(f"rank {r}: {records[r]['error']}")
+        else:
+            lines.append(f"rank {r}: exited with code {_exit_code(log, r)} without a Python "
+                         "error (killed or crashed)")
+    cause = ", ".join(map(str, root))
+    for r in order:
+        if r in root:
+            continue
+        first = records[r]["error"].splitlines()[0]
+        if _lost_peer(records[r]["type"], records[r]["error"]):
+            lines.append(f"rank {r}: lost its peer after rank {cause} failed ({_short(first)})")
+        else:
+            lines.append(f"rank {r}: failed later: {_short(first)}")
+    return root, lines
+
+
+_SOURCE_PREFIX = re.compile(r"\[[^\]\s]*\.(cc|cpp|h):\d+\]\s*")
+
+
+def _short(line: str, width: int = 100) -> str:
+    """One line of an error, without the C++ source location gloo and c10 put first."""
+    line = _SOURCE_PREFIX.sub("", line, count=1)
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
 def _exit_code(log: str, rank: int) -> str:
     """The exit code torchrun's failure summary gives for ``rank`` ("?" if absent)."""
     found = re.search(rf"^\s*rank\s*:\s*{rank}\b[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", log,
@@ -274,8 +351,13 @@ def torchrun(script: str | os.PathLike, *, nproc: int = 2, args: Sequence[str] =
     on ``PYTHONPATH`` and ``AUTOGRADVIZ_RESULTS`` set to a fresh folder, removed afterwards.
 
     Raises `DistributedJobError` when the job runs past ``timeout`` seconds (always: it is
-    killed) or, with ``check=True``, when it exits non-zero (the message names the ranks
-    that failed first and their Python error) or a rank did not report. With
+    killed) or, with ``check=True``, when it exits non-zero (the message names the rank
+    that failed first and its Python error, and each rank that only lost its peer
+    afterwards as such) or a rank did not report. "First" is read from the time each
+    rank's exception happened, recorded by the hook `init_distributed` installs, not
+    from the order the processes exited: a rank waiting in a collective often exits
+    first, failing on the connection its peer closed. Without those records (a script
+    that does not call `init_distributed`), torchrun's root-cause summary decides. With
     ``check=False`` a failed job is returned: ``returncode``, ``failed_ranks``, ``error``,
     and ``{}`` for every rank that did not report. No process of the job survives the call.
     """
@@ -314,10 +396,7 @@ def torchrun(script: str | os.PathLike, *, nproc: int = 2, args: Sequence[str] =
         failed: tuple[int, ...] = ()
         error = None
         if proc.returncode != 0 and not timed_out:
-            failed = _failed_ranks(log, errors)
-            quoted = [f"rank {r}: {errors[r]}" if r in errors else
-                      f"rank {r}: exited with code {_exit_code(log, r)}, printing nothing "
-                      "to stderr" for r in failed]
+            failed, quoted = _blame(_error_records(results), log, errors, nproc)
             error = "\n".join(quoted) if quoted else _tail(log)
         run = DistributedRun(results=reports, returncode=proc.returncode, elapsed_s=elapsed,
                              log=log, nproc=nproc, backend=_backend(results),
@@ -379,7 +458,8 @@ def init_distributed(timeout_s: float | None = None) -> DistributedContext:
     """Join the job torchrun started: ``nccl`` on ``cuda:<local_rank>`` when there is a
     GPU for every rank, else ``gloo`` on the CPU. ``timeout_s`` bounds every collective
     (``init_process_group(timeout=...)``). The group is destroyed at exit. Called again,
-    it returns the same context."""
+    it returns the same context. An uncaught exception in this rank is recorded with its
+    time, so `torchrun` can tell the rank that failed first from ranks that only lost it."""
     import datetime
 
     import torch
@@ -407,7 +487,46 @@ def init_distributed(timeout_s: float | None = None) -> DistributedContext:
     folder = os.environ.get(RESULTS_ENV)
     if folder:
         _write_json(Path(folder) / f"meta{rank}.json", {"backend": backend})
+    _record_failures(rank)
     return DistributedContext(rank, world, local, device, backend)
+
+
+def _record_failures(rank: int) -> None:
+    """Make this rank's uncaught exception leave a record of when it happened.
+
+    torchrun's own record of which rank failed first compares whole seconds (its error
+    file's timestamp, else the second its agent noticed), so a rank that raised and a
+    peer that failed a few milliseconds later in a collective tie, and the summary names
+    whichever comes first in its table. So the hook writes ``error<r>.json`` (the time in
+    nanoseconds, the exception) into the results folder for `torchrun` to order, and,
+    for an exception that is not a lost connection, torch's error file
+    (``TORCHELASTIC_ERROR_FILE``, what ``@record`` writes), so that a plain torchrun's
+    summary quotes it. Installed once; the previous hook still runs."""
+    previous = sys.excepthook
+    if getattr(previous, "_autogradviz_rank", None) is not None:
+        return
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        try:
+            when = time.time_ns()
+            text = "".join(traceback.format_exception(kind, value, tb))
+            error = python_error(text) or f"{kind.__name__}: {value}"
+            folder = os.environ.get(RESULTS_ENV)
+            if folder:
+                _write_json(Path(folder) / f"error{rank}.json",
+                            {"rank": rank, "time_ns": when, "type": kind.__name__,
+                             "error": error})
+            if os.environ.get("TORCHELASTIC_ERROR_FILE") and not _lost_peer(
+                    kind.__name__, error):
+                from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+                ErrorHandler().record_exception(value)
+        except Exception:  # noqa: BLE001 - the record is a courtesy; the traceback matters
+            pass
+        previous(kind, value, tb)
+
+    hook._autogradviz_rank = rank  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 def _destroy() -> None:

@@ -186,6 +186,37 @@ def test_torchrun_summary_is_read_for_the_root_cause():
     assert launch.python_error(text) == "KeyError: 'x'\n  (File \"a.py\", line 1, in <module>)"
 
 
+GLOO_LOST = ("RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+             "Connection closed by peer [127.0.0.1]:37811. This is typically caused by a "
+             "remote worker crashing.\n  (File \"distributed_c10d.py\", line 5356, in barrier)")
+
+
+def test_first_own_failure_is_blamed_not_the_first_exit():
+    # Rank 0's lost connection came first in torchrun's summary; rank 1 raised first.
+    records = {0: {"rank": 0, "time_ns": 2_000, "type": "RuntimeError", "error": GLOO_LOST},
+               1: {"rank": 1, "time_ns": 1_000, "type": "ValueError",
+                   "error": "ValueError: boom\n  (File \"job.py\", line 3, in <module>)"}}
+    summary = SUMMARY.replace("rank      : 1 (local_rank: 1)", "rank      : 9 (local_rank: 9)")
+    failed, lines = launch._blame(records, summary, {}, 2)
+    assert failed == (1,)
+    assert lines[0].startswith("rank 1: ValueError: boom")
+    assert lines[-1].startswith("rank 0: lost its peer after rank 1 failed (RuntimeError: "
+                                "Connection closed by peer")
+    # Even if the lost connection were stamped earlier, it is not a failure of its own.
+    records[0]["time_ns"] = 500
+    assert launch._blame(records, summary, {}, 2)[0] == (1,)
+    # Only lost connections: the rank that left no Python record (killed) is the cause.
+    only = {0: records[0]}
+    failed, lines = launch._blame(only, "no summary", {}, 2)
+    assert failed == (1,) and "without a Python error" in lines[0]
+    assert lines[1].startswith("rank 0: lost its peer after rank 1 failed")
+    # Two ranks failing on their own: the earlier one is the cause, the other said so.
+    both = {0: {"rank": 0, "time_ns": 5, "type": "KeyError", "error": "KeyError: 'x'"},
+            1: {"rank": 1, "time_ns": 9, "type": "ValueError", "error": "ValueError: y"}}
+    assert launch._blame(both, "", {}, 2) == ((0,), ["rank 0: KeyError: 'x'",
+                                                     "rank 1: failed later: ValueError: y"])
+
+
 def test_run_repr_has_no_timing():
     run = agv.DistributedRun(results=({"a": 1}, {}), returncode=1, elapsed_s=3.21, log="",
                              nproc=2, backend="gloo", failed_ranks=(1,))
@@ -264,3 +295,21 @@ def test_timeout_kills_the_whole_job():
         agv.torchrun(ALLREDUCE, nproc=2, args=["--sleep", "120"], timeout=6, env=env)
     assert survivors(mark) == []
     assert info.value.timed_out and info.value.run.elapsed_s < 6 + launch.KILL_GRACE_S + 2
+
+
+@pytest.mark.slow
+def test_rank_that_raised_is_blamed_while_its_peer_waits_in_a_collective():
+    """Rank 1 raises while rank 0 sits in ``dist.barrier()``; rank 0 then fails with a
+    lost connection, often before torchrun sees rank 1 exit. Five runs in a row."""
+    mark, env = marked()
+    for attempt in range(5):
+        with pytest.raises(agv.DistributedJobError) as info:
+            agv.torchrun(ALLREDUCE, nproc=2, args=["--fail-in-collective", "1"], env=env)
+        err = info.value
+        message = str(err)
+        assert err.ranks == (1,) and err.run.failed_ranks == (1,), (attempt, message)
+        assert "rank 1 failed" in message, (attempt, message)
+        assert "rank 1: ValueError: deliberate failure on rank 1 while the others wait" in message
+        if "rank 0:" in message:  # rank 0 raised before torchrun stopped it
+            assert "rank 0: lost its peer after rank 1 failed" in message, (attempt, message)
+        assert survivors(mark) == []

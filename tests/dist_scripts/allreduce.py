@@ -3,7 +3,9 @@
 Launched by tests/test_launch.py through autogradviz.torchrun. Options:
 `--fail-rank R` makes rank R raise once every rank reported (the others then wait);
 `--silent-rank R` makes rank R skip its report; `--sleep S` makes every rank sleep
-S seconds before the collectives (the launcher's timeout must stop it).
+S seconds before the collectives (the launcher's timeout must stop it);
+`--fail-in-collective R` makes rank R raise while the others sit in ``dist.barrier()``
+(they then fail too, having lost their peer).
 """
 import argparse
 import os
@@ -19,6 +21,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--fail-rank", type=int, default=None)
 parser.add_argument("--silent-rank", type=int, default=None)
 parser.add_argument("--sleep", type=float, default=0.0)
+parser.add_argument("--fail-in-collective", type=int, default=None)
 opts = parser.parse_args()
 
 ctx = init_distributed(timeout_s=60)
@@ -35,6 +38,10 @@ if opts.silent_rank != ctx.rank:
             "pid": os.getpid(), "master_port": int(os.environ["MASTER_PORT"]),
             "package": autogradviz.__file__, "cwd": os.getcwd()})
 dist.barrier()  # every report is written before any rank fails
+if opts.fail_in_collective is not None:
+    if opts.fail_in_collective == ctx.rank:
+        raise ValueError(f"deliberate failure on rank {ctx.rank} while the others wait")
+    dist.barrier()  # never completes: the failing rank never joins
 if opts.fail_rank == ctx.rank:
     raise ValueError(f"deliberate failure on rank {ctx.rank}")
 if opts.fail_rank is not None:
