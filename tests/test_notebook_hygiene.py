@@ -22,6 +22,7 @@ Each checker is also fed a deliberately broken copy of a notebook that follows e
 from __future__ import annotations
 
 import ast
+import math
 import re
 import sys
 from collections import defaultdict
@@ -53,7 +54,11 @@ QUIZ_ITEMS = (8, 12)
 MAX_CODE_COLUMNS = 88
 WRITTEN_FOR = "agv.written_for("
 SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\betc)[.!?]+(?=\s|$)")
-MIN_HELPER_STATEMENTS = 3  # a def this size or larger, identical in two notebooks, is a pasted helper
+MIN_HELPER_STATEMENTS = 3
+# Round-off: a value printed in scientific notation below 1e-4 with a decimal point (3.7e-09,
+# -8.9e-16) or with eight or more decimals (0.30000001192092896). Those last digits change with
+# the reader's CPU kernels and thread count, so compared outputs print a verdict or round.
+ROUNDOFF = re.compile(r"(?<![\w.])[-+]?(?:\d\.\d+e-(?:0[5-9]|[1-9]\d)|\d+\.\d{8,})(?![\d.])")  # a def this size or larger, identical in two notebooks, is a pasted helper
 
 import build_site  # noqa: E402 - tests/conftest.py puts scripts/ on the path
 import notebook_parts  # noqa: E402
@@ -154,6 +159,44 @@ def _compared_texts(cell):
             yield f"output {j} (error)", f"{out.get('ename', '')}: {out.get('evalue', '')}"
 
 
+def _finfo_constants() -> list[float]:
+    import torch  # only here: the rules run without torch otherwise
+
+    values = set()
+    for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+        info = torch.finfo(dtype)
+        values |= {info.eps, info.tiny, info.resolution, info.smallest_normal * info.eps}
+    return sorted(values)
+
+
+def is_exact_constant(token: str) -> bool:
+    """A printed value no CPU can change: a power of ten with mantissa 1 (a tolerance such as
+    1.0e-06), a torch.finfo constant or power of two shown to 3+ digits, or a value of at most
+    11 significant bits (exact in float16 and bfloat16) shown to 5+ digits. Shorter prints are
+    not trusted: 3.7e-09 is 2**-28 to two digits and also a typical float32 difference."""
+    value = abs(float(token))
+    mantissa, _, exponent = token.lstrip("+-").partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    if value == 0 or digits.rstrip("0") == "1":
+        return True
+    tolerance = 0.5 * 10.0 ** ((int(exponent) if exponent else 0) - len(fraction))
+    if len(digits) >= 3 and any(abs(c - value) <= tolerance for c in _finfo_constants()):
+        return True
+    top = math.floor(math.log2(value))
+    for bits in range(1, 12):
+        if len(digits) < (3 if bits == 1 else 5):
+            continue
+        step = 2.0 ** (top - bits + 1)
+        if abs(round(value / step) * step - value) <= tolerance:
+            return True
+    return False
+
+
+def roundoff_in(text: str) -> list[str]:
+    return [m.group(0) for m in ROUNDOFF.finditer(text) if not is_exact_constant(m.group(0))]
+
+
 _MARKUP = re.compile(r"<style\b.*?</style>|<script\b.*?</script>|<[^>]*>", re.S | re.I)
 
 
@@ -177,6 +220,14 @@ def check_deterministic_outputs(nb) -> list[str]:
                         f"code cell {i} {label} shows {what} ({m.group(0)!r}); remove it or tag the cell "
                         f"'{IGNORE_OUTPUT_TAG}' and assert the meaning instead"
                     )
+            if label.endswith("(image/svg+xml)"):
+                continue  # coordinates, not results
+            for value in roundoff_in(_visible_text(label, text))[:1]:
+                problems.append(
+                    f"code cell {i} {label} prints {value!r}, which looks like floating-point round-off: "
+                    "another CPU prints other digits. Print the verdict against the tolerance "
+                    "(`within 1e-6: True`) or round to what the claim needs"
+                )
     return problems
 
 
@@ -471,6 +522,32 @@ def test_timings_in_svg_text_caught_but_not_in_its_css() -> None:
 def test_plain_numbers_are_not_timings() -> None:
     nb = _chapter_one()
     _first_printing_cell(nb).outputs = [new_output("stream", name="stdout", text="torch.Size([8, 4]) 16 B/param x 3\n")]
+    assert check_deterministic_outputs(nb) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["k=2: max |accumulated - full| = 3.7e-09\n", "{'equal sizes': '6.0e-08'}\n", "largest difference 8.9e-16\n",
+     "loss 2.3025851249694824\n", "gap -2.4e-07\n", "std at layer 50: 1.4e-20\n"],  # fmt: skip
+)
+def test_catches_roundoff_in_compared_output(text: str) -> None:
+    nb = _chapter_one()
+    cell = _first_printing_cell(nb)
+    cell.outputs = [new_output("stream", name="stdout", text=text)]
+    assert any("round-off" in p for p in check_deterministic_outputs(nb))
+    cell.metadata["tags"] = [IGNORE_OUTPUT_TAG]
+    assert check_deterministic_outputs(nb) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["within 1e-6: True\n", "tolerance 1.0e-06\n", "eps 1.19e-07, tiny 1.18e-38, subnormal 1.40e-45\n",
+     "4e-8 in fp16 5.96046e-08\n", "1e-8 in bf16 1.00117e-08\n", "bf16 subnormal 9.18e-41\n",
+     "max 3.403e+38\n", "lr 3.0e-04\n", "0.000655174\n"],  # fmt: skip
+)
+def test_exact_constants_are_not_roundoff(text: str) -> None:
+    nb = _chapter_one()
+    _first_printing_cell(nb).outputs = [new_output("stream", name="stdout", text=text)]
     assert check_deterministic_outputs(nb) == []
 
 
