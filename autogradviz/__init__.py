@@ -39,7 +39,7 @@ from .records import (
     GradTraceRecord, Graph, GraphNode, LiveGraph, MemoryPlan, MemoryRecord, MemorySample,
     ModelStateBytes, ModuleGraph, ModuleRecord, PipelineOp, PipelineSchedule, PythonCall, Step,
     StorageBlock, StorageMap,
-    CommCall, CommTrace, DistributedRun, TensorLayout, format_bytes,
+    CommCall, CommOverlap, CommTrace, DistributedRun, TensorLayout, format_bytes,
 )
 from .render import SVG, GraphvizNotFound, LayoutPolicy
 from .rollup import roll_up
@@ -51,6 +51,7 @@ __all__: list[str] = [
     "BackwardOrder",
     "CATEGORIES",
     "CommCall",
+    "CommOverlap",
     "CommTrace",
     "DISPATCH_PHASES",
     "DispatchEvent",

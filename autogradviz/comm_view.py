@@ -5,8 +5,13 @@ right in ms from the start of that backward pass; the top lane holds the autogra
 (AccumulateGrad, where a gradient becomes ready, in its own colour), and each lane below
 holds one bucket's all-reduce, from launch to completion. A dashed line marks the end of
 the last Node: an all-reduce left of it overlapped the backward computation, the part
-right of it is communication the backward had to wait for. Every panel has the same
-scale, so lengths compare across panels and ranks. An AccumulateGrad bar ends after DDP's
+right of it is communication the backward had to wait for. Each backward pass (column)
+has its own time axis, fitted to it, so a short pass is not squeezed to a sliver beside a
+long one (the first pass, with DDP's initial buckets, is often several times longer);
+the ranks of one column share it, so they compare. Each all-reduce bar is labelled with
+its bucket's bytes (`format_bytes`). All backward passes are drawn up to `MAX_PANELS`;
+beyond that the last `MAX_PANELS` are, and a line under the panels names the ones left
+out. An AccumulateGrad bar ends after DDP's
 own hook on that Node ran (it copies the gradient into its bucket and, once the bucket is
 complete, calls the communication hook), so it includes that work.
 
@@ -59,6 +64,10 @@ def _pick(trace: CommTrace, micro_steps: Sequence[int] | None) -> list[int]:
     recorded = [b.micro_step for b in trace.backwards]
     if micro_steps is None:
         return recorded[-MAX_PANELS:]
+    if isinstance(micro_steps, (str, bytes)) or not isinstance(micro_steps, Sequence) or not all(
+            isinstance(m, int) and not isinstance(m, bool) for m in micro_steps):
+        raise TypeError(f"micro_steps must be a list of backward-pass numbers (ints, from 1), "
+                        f"got {micro_steps!r}; recorded micro-steps are {recorded}")
     wanted = list(micro_steps)
     missing = [m for m in wanted if m not in recorded]
     if missing:
@@ -73,6 +82,21 @@ def _panel_title(trace: CommTrace, bwd: BackwardPass) -> str:
     stepped = any(bwd.end_s <= s < until for s in trace.steps)
     mode = "synced" if bwd.synced else "no_sync"
     return f"backward {bwd.micro_step}\n{mode}{' + step' if stepped else ''}"
+
+
+def _ranges(steps: Sequence[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
+    parts: list[tuple[int, int]] = []
+    for m in sorted(steps):
+        if parts and parts[-1][1] == m - 1:
+            parts[-1] = (parts[-1][0], m)
+        else:
+            parts.append((m, m))
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in parts)
+
+
+def _left_out(trace: CommTrace, steps: Sequence[int]) -> list[int]:
+    return [b.micro_step for b in trace.backwards if b.micro_step not in steps]
 
 
 def _span_ms(trace: CommTrace, bwd: BackwardPass) -> float:
@@ -94,6 +118,11 @@ def _draw_panel(ax: Axes, trace: CommTrace, bwd: BackwardPass, lanes: int) -> No
         ax.broken_barh([((c.start_s - t0) * 1e3, max((end - c.start_s) * 1e3, 1e-4))],
                        (c.bucket + 1 - h / 2, h), facecolors=COMM_COLOR, edgecolor="black",
                        lw=0.5)
+        # The bucket's bytes at the launch end of its bar, on a white ground so the text
+        # stays legible where it crosses the bar.
+        ax.text((c.start_s - t0) * 1e3, c.bucket + 1, f" {format_bytes(c.nbytes)}",
+                ha="left", va="center", fontsize=_SMALL, clip_on=True,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.6, "alpha": 0.8})
     ax.axvline((bwd.nodes_end_s - t0) * 1e3, color="black", ls="--", lw=0.9)
     ax.set_ylim(lanes - 0.5, -0.5)
     ax.tick_params(labelsize=_SMALL)
@@ -103,11 +132,9 @@ def _draw_panel(ax: Axes, trace: CommTrace, bwd: BackwardPass, lanes: int) -> No
 def _lane_labels(trace: CommTrace, steps: list[int], lanes: int) -> list[str]:
     labels = ["Nodes"]
     for b in range(lanes - 1):
-        sizes = {c.nbytes for m in steps for c in trace.calls_of(m) if c.bucket == b}
-        # A bucket's size is shown only when it is the same in every panel of the row:
-        # DDP rebuilds its buckets after the first backward.
-        labels.append(f"bucket {b}" + (f"\n{format_bytes(sizes.pop())}" if len(sizes) == 1
-                                       else ""))
+        # The bytes are on the bars: DDP rebuilds its buckets after the first backward,
+        # so one lane can hold different sizes in different panels.
+        labels.append(f"bucket {b}")
     return labels
 
 
@@ -116,8 +143,10 @@ def plot_comm(traces: Any, micro_steps: Sequence[int] | None = None,
     """Draw the backward Nodes and the all-reduces of one or more ranks' traces.
 
     ``traces`` is a `CommTrace` or its ``to_dict()``, or a list of them (one per rank,
-    drawn as rows). ``micro_steps`` picks the backward passes to draw (default: the
-    last `MAX_PANELS` of the first trace).
+    drawn as rows). ``micro_steps`` picks the backward passes to draw (default: all of
+    them, or the last `MAX_PANELS` when there are more, the others named under the
+    panels). Each column has its own time axis in ms from the start of its backward
+    pass; each all-reduce is labelled with its bucket's bytes.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
@@ -133,15 +162,19 @@ def plot_comm(traces: Any, micro_steps: Sequence[int] | None = None,
     lanes = [1 + max((c.bucket + 1 for m in steps for c in t.calls_of(m)), default=0)
              for t in rows]
     heights = [0.45 + 0.34 * n for n in lanes]
-    fig = plt.figure(figsize=(_WIDTH_IN, sum(heights) + 1.6), dpi=FIGURE_DPI,
+    fig = plt.figure(figsize=(_WIDTH_IN, sum(heights) + 1.6 + 0.25 * (
+                         micro_steps is None and len(rows[0].backwards) > len(steps))),
+                     dpi=FIGURE_DPI,
                      layout="constrained")
     plt.close(fig)
     # The legend gets a strip of its own below the panels: placed on the figure, it
     # collided with the figure's title or x label.
-    main, foot = fig.subfigures(2, 1, height_ratios=[sum(heights) + 1.1, 0.5])
-    axes = main.subplots(len(rows), len(steps), sharex=True, squeeze=False,
+    omitted = _left_out(rows[0], steps) if micro_steps is None else []
+    main, foot = fig.subfigures(2, 1, height_ratios=[sum(heights) + 1.1,
+                                                     0.75 if omitted else 0.5])
+    # One time axis per column (backward pass), shared by the ranks in it.
+    axes = main.subplots(len(rows), len(steps), sharex="col", squeeze=False,
                          gridspec_kw={"height_ratios": heights})
-    span = max(_span_ms(t, b) for t in rows for b in t.backwards if b.micro_step in steps)
     for r, trace in enumerate(rows):
         by_step = {b.micro_step: b for b in trace.backwards}
         labels = _lane_labels(trace, steps, lanes[r])
@@ -153,8 +186,11 @@ def plot_comm(traces: Any, micro_steps: Sequence[int] | None = None,
             if r == 0:
                 ax.set_title(_panel_title(trace, by_step[m]), fontsize=_SMALL)
         axes[r][0].set_ylabel(f"rank {trace.rank}", fontsize=10)
-    axes[0][0].set_xlim(0, span * 1.05)
-    main.supxlabel("ms since the backward pass started", fontsize=10)
+    for c, m in enumerate(steps):
+        span = max(_span_ms(t, b) for t in rows for b in t.backwards if b.micro_step == m)
+        axes[0][c].set_xlim(0, span * 1.05)
+    main.supxlabel("ms since the backward pass started (each column its own scale)",
+                   fontsize=10)
     if title is None:
         t = rows[0]
         title = (f"DDP all-reduces against backward Nodes · {t.world_size} "
@@ -164,5 +200,12 @@ def plot_comm(traces: Any, micro_steps: Sequence[int] | None = None,
                Patch(color=READY_COLOR, label="AccumulateGrad (grad ready)"),
                Patch(facecolor=COMM_COLOR, edgecolor="black", label="all-reduce: launch → done"),
                Line2D([], [], color="black", ls="--", lw=0.9, label="last Node finished")]
-    foot.legend(handles=handles, loc="center", ncol=2, fontsize=_SMALL, frameon=False)
+    if omitted:
+        foot.legend(handles=handles, loc="upper center", ncol=2, fontsize=_SMALL,
+                    frameon=False)
+        foot.text(0.5, 0.02, f"not drawn: backward pass{'es' * (len(omitted) > 1)} "
+                  f"{_ranges(omitted)} of {len(rows[0].backwards)} (pass micro_steps=[...] "
+                  "to choose)", ha="center", va="bottom", fontsize=_SMALL)
+    else:
+        foot.legend(handles=handles, loc="center", ncol=2, fontsize=_SMALL, frameon=False)
     return fig

@@ -1150,6 +1150,26 @@ class BackwardPass:
     end_s: float
 
 
+@dataclass(frozen=True)
+class CommOverlap:
+    """How one backward pass's all-reduces sat against its Nodes (`CommTrace.overlap`).
+
+    ``overlapped_s``: seconds with an all-reduce in flight while the backward's Nodes
+    still ran (communication hidden behind computation); ``exposed_s``: seconds of
+    all-reduce after the last Node finished (communication the backward waited for).
+    """
+
+    micro_step: int
+    overlapped_s: float
+    exposed_s: float
+
+    @property
+    def overlapped_fraction(self) -> float:
+        """The share of all-reduce time hidden behind the Nodes (0 when none ran)."""
+        total = self.overlapped_s + self.exposed_s
+        return self.overlapped_s / total if total > 0 else 0.0
+
+
 def _union_length(spans: list[tuple[float, float]]) -> float:
     total, reach = 0.0, float("-inf")
     for a, b in sorted(spans):
@@ -1192,9 +1212,10 @@ class CommTrace:
             out.setdefault(c.optimizer_step, []).append(c)
         return out
 
-    def overlap(self, micro_step: int) -> tuple[float, float]:
-        """(seconds with an all-reduce in flight while the backward's Nodes still ran,
-        seconds of all-reduce after the last Node finished) for one backward pass."""
+    def overlap(self, micro_step: int) -> CommOverlap:
+        """For one backward pass: seconds with an all-reduce in flight while its Nodes
+        still ran (``overlapped_s``) and seconds of all-reduce after the last Node
+        finished (``exposed_s``), as a `CommOverlap`."""
         bwd = next((b for b in self.backwards if b.micro_step == micro_step), None)
         if bwd is None:
             raise ValueError(f"no backward pass {micro_step}; recorded micro-steps are "
@@ -1203,7 +1224,7 @@ class CommTrace:
                  for c in self.calls_of(micro_step)]
         inside = [(a, min(b, bwd.nodes_end_s)) for a, b in spans if a < bwd.nodes_end_s]
         after = [(max(a, bwd.nodes_end_s), b) for a, b in spans if b > bwd.nodes_end_s]
-        return _union_length(inside), _union_length(after)
+        return CommOverlap(micro_step, _union_length(inside), _union_length(after))
 
     def table(self, times: bool = False) -> str:
         """One line per all-reduce: backward pass, bucket, size, parameters; launch and

@@ -127,9 +127,12 @@ def synthetic() -> agv.CommTrace:
 
 def test_overlap_table_and_round_trip():
     t = synthetic()
-    inside, after = t.overlap(1)
-    assert inside == pytest.approx(0.006) and after == pytest.approx(0.004)
-    assert t.overlap(2) == (0.0, 0.0)
+    o = t.overlap(1)
+    assert isinstance(o, agv.CommOverlap) and o.micro_step == 1
+    assert o.overlapped_s == pytest.approx(0.006) and o.exposed_s == pytest.approx(0.004)
+    assert o.overlapped_fraction == pytest.approx(0.6)
+    assert t.overlap(2) == agv.CommOverlap(2, 0.0, 0.0)
+    assert t.overlap(2).overlapped_fraction == 0.0
     with pytest.raises(ValueError, match="recorded micro-steps are"):
         t.overlap(3)
     assert t.calls_per_step() == {0: t.calls}
@@ -164,6 +167,67 @@ def test_plot_is_readable_and_takes_dicts():
         agv.plot_comm(t, micro_steps=[7])
     with pytest.raises(TypeError, match="one per rank"):
         agv.plot_comm([])
+
+
+def _panels(fig):
+    return [a for a in fig.findobj(lambda a: hasattr(a, "get_subplotspec"))
+            if getattr(a, "get_subplotspec", lambda: None)() is not None]
+
+
+def many_passes(n: int) -> agv.CommTrace:
+    """``n`` synced backward passes, pass m lasting m ms, with two buckets whose sizes
+    change after the first pass (as DDP's rebuilt buckets do)."""
+    t = agv.CommTrace(rank=0, world_size=2, backend="gloo", params=("w", "b"),
+                      param_bytes={"w": 4096, "b": 64})
+    for m in range(1, n + 1):
+        t0, dur = 0.1 * m, 1e-3 * m
+        t.nodes.append(NodeSpan(m, "MmBackward0", t0, t0 + dur / 2))
+        sizes = (4096, 64) if m == 1 else (2048, 2112)
+        for b, nbytes in enumerate(sizes):
+            t.calls.append(agv.CommCall(len(t.calls), m, m - 1, b, nbytes // 4, nbytes,
+                                        "float32", ("w",), t0 + dur / 4, t0 + dur * 0.9))
+        t.backwards.append(BackwardPass(m, True, m - 1, t0, t0 + dur / 2, t0 + dur))
+    return t
+
+
+def test_plot_each_panel_own_axis_and_bucket_bytes():
+    t = many_passes(4)
+    fig = agv.plot_comm(t)
+    axes = _panels(fig)
+    assert len(axes) == 4  # every backward pass
+    limits = [ax.get_xlim()[1] for ax in axes]
+    # Pass m lasts m ms: each panel is fitted to its own pass, not to the longest one.
+    assert limits == pytest.approx([1.05 * m for m in range(1, 5)])
+    for ax, m in zip(axes, range(1, 5)):
+        labels = [x.get_text().strip() for x in ax.texts]
+        assert sorted(labels) == sorted(agv.format_bytes(c.nbytes) for c in t.calls_of(m))
+    assert "4.0 KiB" in [x.get_text().strip() for x in axes[0].texts]
+    assert "2.1 KiB" in [x.get_text().strip() for x in axes[1].texts]
+    # Two ranks: one column per pass, its axis shared by the ranks in it.
+    two = _panels(agv.plot_comm([t, t], micro_steps=[1, 3]))
+    assert len(two) == 4 and two[0].get_xlim() == two[2].get_xlim() != two[1].get_xlim()
+    _check_readable(fig, panels=4)
+    with pytest.raises(TypeError, match="list of backward-pass numbers"):
+        agv.plot_comm(t, micro_steps=3)
+
+
+def test_plot_says_which_passes_it_leaves_out():
+    from autogradviz.comm_view import MAX_PANELS
+
+    t = many_passes(MAX_PANELS + 3)
+    fig = agv.plot_comm(t)
+    axes = _panels(fig)
+    assert len(axes) == MAX_PANELS
+    assert axes[0].get_title().startswith("backward 4\n")  # the last MAX_PANELS
+    notes = [x.get_text() for x in fig.findobj(lambda a: type(a).__name__ == "Text")
+             if "not drawn" in x.get_text()]
+    assert notes == [f"not drawn: backward passes 1-3 of {MAX_PANELS + 3} "
+                     "(pass micro_steps=[...] to choose)"]
+    _check_readable(fig, panels=MAX_PANELS)
+    # Chosen passes are what the caller asked for: no note.
+    chosen = agv.plot_comm(t, micro_steps=[1, 2])
+    assert not [x for x in chosen.findobj(lambda a: type(a).__name__ == "Text")
+                if "not drawn" in x.get_text()]
 
 
 @pytest.mark.slow

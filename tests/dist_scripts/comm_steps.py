@@ -76,4 +76,5 @@ for label, model in (("trained", twin), ("foreign", DDP(copy.deepcopy(net)))):
 agv.report({"comm": comm.to_dict(), "again": again.to_dict(), "buckets": buckets,
             "twin_diff": twin_diff, "manual_diff": manual_diff, "errors": errors,
             "grad_bytes": sum(p.numel() * p.element_size() for p in net.parameters()),
-            "overlap": [comm.overlap(b.micro_step) for b in comm.backwards if b.synced]})
+            "overlap": [[o.overlapped_s, o.exposed_s] for o in
+                        (comm.overlap(b.micro_step) for b in comm.backwards if b.synced)]})
