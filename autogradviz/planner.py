@@ -22,6 +22,11 @@ Transformer Models", https://arxiv.org/abs/2205.05198), bytes per transformer la
     full recompute (layer input only)      2 s b h / t      (no SP: 2 s b h)
 
 Everything here is a plain number in bytes; `records.MemoryPlan` prints it as a table.
+That table is in decimal GB (10^9 bytes), unlike the rest of the package, which prints
+measured bytes with `records.format_bytes` in binary units: the figures this module
+reproduces are stated in decimal GB by the papers above (ZeRO's 120 / 31.4 / 16.6 /
+1.875 GB) and by GPU data sheets (an "80 GB" device holds 80e9 bytes, the default
+``gpu_bytes``), so printing GiB would make every comparison with them look wrong by 7%.
 """
 from __future__ import annotations
 
