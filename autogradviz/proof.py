@@ -16,6 +16,8 @@ from typing import Callable, Pattern, Union
 
 import torch
 
+from .versions import DRIFT_PAGE
+
 __all__ = ["SHOWN_WIDTH", "show_error", "written_for"]
 
 Match = Union[str, Pattern[str]]
@@ -113,7 +115,8 @@ def written_for(version: str) -> bool:
 
     Returns ``True`` on a match and prints nothing (a stored notebook output stays
     unchanged). On a mismatch it emits a ``UserWarning`` naming both versions, because
-    printed shapes, error messages and graph node names can differ between releases.
+    printed shapes, error messages and graph node names can differ between releases,
+    and the page that lists what the book found changed (:data:`versions.DRIFT_PAGE`).
     """
     if not isinstance(version, str) or not _public(version):
         raise TypeError(
@@ -125,7 +128,8 @@ def written_for(version: str) -> bool:
         return True
     warnings.warn(
         f"this text was written for torch {wanted}, but torch {running} is running; "
-        "outputs (messages, node names, byte counts) may differ",
+        "outputs (messages, node names, byte counts) may differ. What the book found "
+        f"changed between torch versions: {DRIFT_PAGE}",
         UserWarning,
         stacklevel=2,
     )

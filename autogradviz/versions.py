@@ -62,6 +62,7 @@ class VersionFact:
     """
 
     name: str
+    title: str  # a heading for the drift page
     claim: str
     questions: tuple[int, ...]
     since: Mapping[str, Value]
@@ -105,6 +106,7 @@ class VersionFact:
 _FACTS = (
     VersionFact(
         name="jit_deprecation_warning",
+        title="TorchScript's deprecation warning is a FutureWarning",
         claim="`torch.jit.trace` and `torch.jit.script` warn that TorchScript is deprecated "
         "(\"Please switch to `torch.compile` or `torch.export`\"); the warning's class changed.",
         questions=(1, 9),
@@ -122,6 +124,7 @@ _FACTS = (
     ),
     VersionFact(
         name="forward_ad_first_use_warning",
+        title="The first forward-mode call prints a warning",
         claim="The first forward-mode call in a process (`fwAD.make_dual`, `torch.func.jvp`) "
         "loads torch's jvp decompositions, which torch compiles with `torch.jit.script`; "
         "that call warns with the TorchScript deprecation warning.",
@@ -140,6 +143,7 @@ _FACTS = (
     ),
     VersionFact(
         name="make_fx_saved_detach",
+        title="`make_fx` records a saved tensor's detach as `alias`",
         claim="When autograd saves a tensor for backward it detaches it; `make_fx` with its "
         "default decompositions records that op in its graph (a `TorchDispatchMode` still "
         "sees `aten.detach.default`).",
@@ -157,6 +161,7 @@ _FACTS = (
     ),
     VersionFact(
         name="cdist_double_backward",
+        title="`torch.cdist` on small inputs has a double backward",
         claim="`torch.cdist` on 25 rows or fewer (its own kernel, not the matmul path) and a "
         "second `autograd.grad` through its gradient.",
         questions=(20,),
@@ -176,6 +181,7 @@ _FACTS = (
     ),
     VersionFact(
         name="clamp_gradient_at_bounds",
+        title="`clamp`'s gradient at its bounds is 0",
         claim="The gradient of `x.clamp(lo, hi)` (scalar bounds) at `x == lo` or `x == hi`.",
         questions=(18,),
         since={"2.13": 1.0, "2.14": 0.0},

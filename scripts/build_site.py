@@ -6,7 +6,9 @@ Steps: read the canonical question list (book/questions.yml), find the chapter n
 (notebooks/<NN>_<slug>.ipynb) and parse each once (scripts/notebook_parts.py), write the
 question index book/questions.md linking each question to its "Q<n>. ..." section (or marking
 it "coming" while its chapter is not written) and the revision sheet book/revision.md (every
-short answer and Summary line, one printed page per chapter), then run Jupyter Book 1.x from
+short answer and Summary line, one printed page per chapter) and the page "What changed between
+torch versions" (book/torch-versions.md on the site, docs/torch-versions.md in the repository,
+both from autogradviz's VERSION_FACTS), then run Jupyter Book 1.x from
 the repository root with every Sphinx warning an error.
 Finally scan the HTML for anything that would load from another host. Prints the index
 page path. Exits non-zero, with the reason, on any problem.
@@ -32,6 +34,7 @@ __all__ = [
     "heading_slug",
     "render_question_index",
     "render_revision_sheet",
+    "render_version_page",
     "external_references",
     "build",
     "main",
@@ -45,6 +48,8 @@ TOC = Path("book/_toc.yml")
 QUESTIONS_YML = Path("book/questions.yml")
 QUESTIONS_MD = Path("book/questions.md")
 REVISION_MD = Path("book/revision.md")
+VERSIONS_MD = Path("book/torch-versions.md")  # the site's copy
+VERSIONS_DOC = Path("docs/torch-versions.md")  # the repository's, readable without the site
 CHAPTER_FILE = re.compile(r"^(\d{2})_[a-z0-9_]+\.ipynb$")
 N_QUESTIONS = 50
 
@@ -215,6 +220,73 @@ def render_revision_sheet(questions: list[Question], chapters: dict[int, Path], 
     return "\n".join(lines).rstrip() + "\n"
 
 
+def render_version_page(
+    questions: list[Question], chapters: dict[int, Path], root: Path, for_site: bool = True
+) -> str:
+    """The Markdown of the page "What changed between torch versions": every fact of
+    autogradviz.versions.VERSION_FACTS, the questions whose proofs assert it (linked), what
+    each tested release does, the value the proofs expect, and the change behind it.
+
+    ``for_site`` writes the site's copy (book/torch-versions.md: questions link to their
+    section of the chapter page); otherwise the repository's (docs/torch-versions.md: links
+    to the chapter notebooks and the question list, no site needed)."""
+    from autogradviz.versions import PINNED_TORCH, TESTED_TORCH, VERSION_FACTS
+
+    by_number = {q.number: q for q in questions}
+    up = "../"  # both copies sit one folder below the repository root
+    tested = ", ".join(TESTED_TORCH)
+    lines = [
+        "# What changed between torch versions",
+        "",
+        "<!-- Written by scripts/build_site.py from autogradviz/versions.py (VERSION_FACTS). -->",
+        "",
+        f"The chapters' stored outputs come from torch {PINNED_TORCH}; the book is also run on every",
+        f"release listed here ({tested}) with `make compat TORCH=<version>`. Each claim below",
+        "differs between them. A chapter's proof asserts it through",
+        "`agv.version_fact(\"<name>\")`, which returns the value for the torch that is running, and",
+        "this page is generated from the same records, so the two cannot disagree. Newer releases",
+        "are not listed until the book has been run on them.",
+    ]
+    if not for_site:
+        lines += ["", "On the site this page is *What changed between torch versions*, in the table of contents."]
+    for fact in VERSION_FACTS.values():
+        lines += ["", f"## {fact.title}", "", fact.claim, ""]
+        links = []
+        for number in fact.questions:
+            q = by_number.get(number)
+            if q is None:
+                raise SiteError(f"version fact {fact.name!r} names question {number}, not in book/questions.yml")
+            nb = chapters.get(q.chapter)
+            if nb is None:
+                raise SiteError(f"version fact {fact.name!r} names Q{number}, whose chapter {q.chapter} is not written")
+            text = q.text.replace("[", r"\[").replace("]", r"\]")
+            if for_site:
+                section = _chapter(nb).question(number)
+                if section is None:
+                    raise SiteError(f"{nb.relative_to(root)} has no section for Q{number} (version fact {fact.name!r})")
+                target = f"{up}{nb.relative_to(root).as_posix()}#{section.slug}"
+            else:
+                target = f"{up}{nb.relative_to(root).as_posix()}"
+            links.append(f"[Q{number}. {text}]({target})")
+        lines.append(f"- **Question{'s' if len(links) > 1 else ''}:** " + "; ".join(links))
+        for version in TESTED_TORCH:
+            lines.append(f"- **torch {version}:** {fact.described(version)}")
+        values = ", ".join(f"`{fact.since[k]!r}` from {k}" for k in sorted(fact.since, key=_version_key))
+        where = ", ".join(f"`{p}`" for p in fact.proofs)
+        lines.append(f"- **Asserted as** `agv.version_fact(\"{fact.name}\")`: {values}; in {where}")
+        title = fact.source_title.replace("[", r"\[").replace("]", r"\]")
+        lines.append(f"- **Changed by:** [{title}]({fact.source})")
+    if for_site:
+        lines += ["", "The [question index](questions.md) lists every question of the book."]
+    else:
+        lines += ["", f"The [question list]({up}book/questions.yml) has every question of the book."]
+    return "\n".join(lines) + "\n"
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
 _EXTERNAL = re.compile(
     r"""<(script|link|img|iframe|source)\b[^>]*?\b(src|href)\s*=\s*["']((?:https?:)?//[^"']+)["']""", re.I
 )
@@ -247,6 +319,8 @@ def build(root: Path = REPO) -> Path:
     generated = {
         QUESTIONS_MD: render_question_index(questions, chapters, root),
         REVISION_MD: render_revision_sheet(questions, chapters, root),
+        VERSIONS_MD: render_version_page(questions, chapters, root, for_site=True),
+        VERSIONS_DOC: render_version_page(questions, chapters, root, for_site=False),
     }
     for rel, text in generated.items():
         target = root / rel
@@ -272,7 +346,7 @@ def build(root: Path = REPO) -> Path:
     index = site / "index.html"
     if not index.is_file():
         raise SiteError(f"the build finished but {index} is missing:\n{output}")
-    pages = [site / "book" / "questions.html", site / "book" / "revision.html"] + [site / nb.relative_to(root).with_suffix(".html") for nb in chapters.values()]
+    pages = [site / "book" / "questions.html", site / "book" / "revision.html", site / "book" / "torch-versions.html"] + [site / nb.relative_to(root).with_suffix(".html") for nb in chapters.values()]
     missing = [str(p.relative_to(site)) for p in pages if not p.is_file()]
     if missing:
         raise SiteError(f"pages missing from the site: {missing}; is the chapter in book/_toc.yml's glob?")
