@@ -365,8 +365,12 @@ class GraphWalk:
         n_next = sum(1 for f, _ in n.next_functions if f is not None)
         details.append(("next functions", str(n_next)))
         details.extend(attrs)
+        try:
+            seq = n._sequence_nr()
+        except (AttributeError, RuntimeError):  # not a torch Node (a test double)
+            seq = None
         self.nodes[i] = GraphNode(i, name, "function", module=mod, attrs=attrs,
-                                  details=tuple(details))
+                                  details=tuple(details), seq=seq)
 
     def _add_tensor(self, kind: Kind, name: str, t: torch.Tensor | None, module: str | None,
                     extra: Sequence[tuple[str, str]] = (), state: SavedState | None = None,

@@ -68,6 +68,10 @@ class GraphNode:
     attrs: tuple[tuple[str, str], ...] = ()
     # Ordered (key, value) strings shown in tooltips; never addresses.
     details: tuple[tuple[str, str], ...] = ()
+    # Functions only: autograd's creation number (``Node._sequence_nr()``). `roll_up`
+    # orders the steps of a loop by it; it differs between runs, so it is never drawn
+    # and two records that differ only in it are equal.
+    seq: int | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -102,6 +106,9 @@ class Graph:
     saved_bytes: int = 0  # total bytes of distinct saved storages that are still alive
     # Set by `roll_up`: autograd Nodes in the graph before repeated blocks were merged.
     traced_functions: int | None = None
+    # Set by `roll_up` when it folds the steps of a loop: the edges (pairs of `edges`)
+    # that go from one step into the step before it, e.g. the hidden state.
+    carried: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def function_nodes(self) -> list[GraphNode]:

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from .records import DIRECTIONS, Direction, Graph, GraphNode
-from .rollup import roll_up
+from .rollup import LOOP, roll_up
 
 __all__ = [
     "GraphvizNotFound",
@@ -210,7 +210,8 @@ def _cluster_tree(graph: Graph, members: dict[str, list[str]]) -> list[str]:
             color = "#fff2cc"
         else:
             t = graph.module_types.get(p)
-            label = f"{p} ({t})" if t else p
+            shown = p.removeprefix(LOOP + ".")  # a module inside the folded loop step
+            label = f"{shown} ({t})" if t else shown
             color = "#f7f7f7"
         lines.append(f"  subgraph cluster_{cluster_ids[p]} {{")
         lines.append(f'  label={_q(label)}; style="rounded,filled"; fillcolor="{color}"; '
@@ -276,9 +277,10 @@ def _drawn(graph: Graph, *, group_modules: bool, depth: int | None, rollup: bool
         raise TypeError(f"expected a Graph from autogradviz.trace(), got {type(graph).__name__}")
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
         raise ValueError(f"depth must be a positive int or None, got {depth!r}")
-    if (group_modules or rollup or depth is not None) and not graph.module_types:
+    # rollup alone works without modules: it still folds the steps of a loop.
+    if (group_modules or depth is not None) and not graph.module_types:
         raise ValueError(
-            "group_modules/depth/rollup need to know which module produced each Node; record "
+            "group_modules/depth need to know which module produced each Node; record "
             "the forward with `with autogradviz.record_modules(model) as rec: out = model(x)`, "
             "trace with trace(out, params=model, modules=rec), then draw with "
             "g.svg(group_modules=True)"
@@ -358,8 +360,14 @@ def to_dot(graph: Graph, *, policy: LayoutPolicy | None = None, id_prefix: str =
             continue
         place(n, f"n{n.id}")
     far = _far_edges(graph, policy.fanout_copies)
+    carried = set(graph.carried)
     for k, (s, d) in enumerate(graph.edges):
-        if k in far and d not in hubs:
+        if (s, d) in carried:
+            # Into the step before (a folded loop): dashed, and left out of the ranking,
+            # so the one drawn step reads top to bottom.
+            edge(f"n{s}", f"n{d}", ' [style=dashed, color="#b04a2f", constraint=false, '
+                 'label="previous step", fontname="Helvetica", fontsize=8, fontcolor="#b04a2f"]')
+        elif k in far and d not in hubs:
             # The edge leaves a dashed copy of `s` placed beside `d` (names n<s>_<k>, as
             # hub copies: the HTML tooltips and tests map a copy back to its Node).
             name = f"n{s}_{copy_count[s]}"
@@ -620,7 +628,7 @@ def render_html(graph: Graph, *, timeout: float = 30.0, policy: LayoutPolicy | N
     drawn = _drawn(graph, group_modules=options.get("group_modules", False),
                    depth=options.get("depth"), rollup=options.get("rollup", False),
                    expand=options.get("expand", ()))
-    if options.pop("rollup", False):
+    if options.pop("rollup", False) and drawn.module_types:
         options["group_modules"] = True
     options.pop("expand", None)
     svg = render_svg(drawn, timeout=timeout, policy=policy, **options)

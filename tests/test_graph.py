@@ -175,7 +175,7 @@ def _small():
         (lambda y, x: av.trace(y, group_modules=True), TypeError, "drawing choice"),
         (lambda y, x: av.trace(y, colour=True), TypeError, "unexpected keyword"),
         (lambda y, x: av.trace(y).to_dot(group_modules=True), ValueError, "record_modules"),
-        (lambda y, x: av.trace(y).to_dot(rollup=True), ValueError, "record_modules"),
+        (lambda y, x: av.trace(y).to_dot(depth=2), ValueError, "record_modules"),
         (lambda y, x: av.trace(y).to_dot(depth=0), ValueError, "depth"),
         (lambda y, x: av.trace(y).to_dot(direction="up"), ValueError, "direction"),
     ],
