@@ -19,6 +19,9 @@ case every request to another host is blocked and reported. It checks:
 - the question index: it lists every question of book/questions.yml, each link's anchor exists
   in the target page, and questions still to come are greyed out;
 - the revision sheet lists every question whose chapter is written;
+- the page "What changed between torch versions" has a section per version fact of
+  autogradviz.versions, and every link on it that stays on the site reaches a page and anchor
+  that exist (links to other hosts are counted; the network is cut);
 - search: a word from the front page finds it, a made-up word finds nothing, and a word found
   only in the body of a chapter's Q3 (or its last question) lands on that question's section.
 
@@ -345,6 +348,37 @@ def _check_revision_sheet(page, base: str, written: set[int], report: SiteReport
     report.pages["book/revision.html"] = f"{len(listed)} questions of {len(written)} written"
 
 
+def _check_version_page(page, base: str, report: SiteReport) -> None:
+    from autogradviz.versions import VERSION_FACTS
+
+    name = "book/torch-versions.html"
+    response = page.goto(urljoin(base, name), wait_until="load")
+    if response is None or not response.ok:
+        report.problems.append(f"{name}: the page is missing (is book/torch-versions in book/_toc.yml?)")
+        return
+    found = page.evaluate(
+        """() => ({heads: [...document.querySelectorAll('article h2')].map(h => h.textContent),
+                   links: [...document.querySelectorAll('article a[href]')].map(a => a.href)})"""
+    )
+    heads = " | ".join(found["heads"]).replace("\u2019", "'")  # Sphinx's smart quotes
+    for fact in VERSION_FACTS.values():
+        if fact.title.replace("`", "") not in heads:
+            report.problems.append(f"{name}: no section for the version fact {fact.name!r} ({fact.title!r})")
+    origin = urlparse(base).netloc
+    internal = [h for h in found["links"] if urlparse(h).netloc == origin]
+    ids_cache: dict[str, set[str]] = {}
+    for href in internal:
+        target, anchor = urldefrag(href)
+        if target not in ids_cache:
+            ids_cache[target] = _page_ids(page, target)
+        if anchor and anchor not in ids_cache[target]:
+            report.problems.append(f"{name}: a link goes to #{anchor}, which {target} does not have")
+    report.pages[name] = (
+        f"{len(found['heads'])} facts, {len(internal)} links on the site followed, "
+        f"{len(found['links']) - len(internal)} to other hosts"
+    )
+
+
 def _search_hits(page, base: str, word: str) -> list[str]:
     page.goto(urljoin(base, f"search.html?q={word}"), wait_until="load")
     # Sphinx's searchtools writes a summary paragraph once the search is done.
@@ -508,6 +542,7 @@ def check_site(site: Path, shots: Path) -> SiteReport:
             written = _check_question_index(page, base, report)
             _check_revision_sheet(page, base, written, report)
             shoot("revision")
+            _check_version_page(page, base, report)
             _check_search(page, base, report, urljoin(base, chapters[0]) if chapters else None)
             context.close()
     finally:
