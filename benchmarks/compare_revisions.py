@@ -3,12 +3,13 @@
     .venv/bin/python benchmarks/compare_revisions.py --against /tmp/old [--rounds 5]
 
 Make the other checkout with `git worktree add /tmp/old <commit>`. Both trees run with this
-venv's torch; each measurement runs in a fresh interpreter that imports `autogradviz` and the
-benchmark models from the tree being measured, and the two trees alternate round by round, so
-that load from other jobs on a shared machine falls on both alike. Cases:
+venv's torch; each measurement runs in a fresh interpreter that imports `autogradviz` from the
+tree being measured and the benchmark models from this checkout (so both trees draw the same
+models, including ones the other tree's benchmarks lack), and the two trees alternate round by
+round, so that load from other jobs on a shared machine falls on both alike. Cases:
 
-- trace + SVG of a GPT-2-small-style model, of an LSTMCell unrolled 100 and 300 steps
-  (the models of `benchmarks/graph_scale.py`);
+- trace + SVG of a GPT-2-small-style model, of an LSTMCell unrolled 100 and 300 steps, and of a
+  GRUCell decoder over 50 and 200 steps (the models of `benchmarks/graph_scale.py`);
 - trace alone of a 10,000-op chain (no layout);
 - `track_memory` on one Adam step of the MLP and the transformer of
   `benchmarks/memory_overhead.py`, as a ratio to the same step untracked, measured in the
@@ -31,8 +32,8 @@ HERE = Path(__file__).resolve().parent.parent
 # One measurement, run in a fresh interpreter with the measured tree first on sys.path.
 _PROBE = r"""
 import json, statistics, sys, time
-tree, case = sys.argv[1], sys.argv[2]
-sys.path[:0] = [tree, tree + "/benchmarks"]
+tree, case, models = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path[:0] = [tree, models]
 import torch
 torch.set_num_threads(1)
 import autogradviz as agv
@@ -41,11 +42,14 @@ assert agv.__file__.startswith(tree), agv.__file__
 def seconds(fn):
     t0 = time.perf_counter(); fn(); return time.perf_counter() - t0
 
-if case in ("gpt", "lstm100", "lstm300", "chain10k"):
+if case in ("gpt", "lstm100", "lstm300", "gru50", "gru200", "chain10k"):
+    import gc
     import graph_scale as gs
     build = {"gpt": gs.gpt_case, "lstm100": gs.lstm_case(100), "lstm300": gs.lstm_case(300),
+             "gru50": gs.gru_case(50), "gru200": gs.gru_case(200),
              "chain10k": gs.chain_case}[case]
     root, params = build()
+    gc.collect()  # as graph_scale.py: no full collection of torch's heap inside the timing
     t0 = time.perf_counter()
     g = agv.trace(root, params=params)
     if case != "chain10k":
@@ -75,6 +79,8 @@ CASES = {
     "gpt": "trace+SVG s",
     "lstm100": "trace+SVG s",
     "lstm300": "trace+SVG s",
+    "gru50": "trace+SVG s",
+    "gru200": "trace+SVG s",
     "chain10k": "trace s",
     "mlp": "track_memory x plain",
     "transformer": "track_memory x plain",
@@ -82,8 +88,8 @@ CASES = {
 
 
 def measure(tree: Path, case: str) -> float:
-    proc = subprocess.run([sys.executable, "-c", _PROBE, str(tree), case],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", _PROBE, str(tree), case,
+                           str(HERE / "benchmarks")], capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise SystemExit(f"{case} in {tree} failed:\n{proc.stderr[-2000:]}")
     return float(json.loads(proc.stdout.strip().splitlines()[-1])["value"])

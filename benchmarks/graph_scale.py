@@ -6,11 +6,16 @@ Cases (targets from the issue, measured on a 2-core CPU):
   gpt        nanoGPT-style GPT-2-small graph shape (12 blocks, ~720 Nodes), tiny widths   trace + SVG < 1 s
   lstm100    nn.LSTMCell unrolled 100 steps                                               SVG < 5 s
   lstm300    nn.LSTMCell unrolled 300 steps                                               no RecursionError, SVG < 20 s
+  gru50      GRUCell decoder, 50 steps of teacher forcing (embedding, cell, output layer per
+             step, outputs stacked into one loss; 961 Nodes)                              trace + SVG <= 3 s
+  gru200     the same decoder over 200 steps (3,811 Nodes)                                 trace + SVG <= 15 s
   chain10k   10,000-Node chain                                                            trace + DOT < 2 s
   live1k     live(every=1) while a 1,000-op chain runs: one frame per op                  < 2 s
 
 "live1k" has no torchviz counterpart; its "capture" column is the whole block (1,000
 frames, none displayed) and "layout" is the SVG of the final frame.
+
+Each timed call starts after a full garbage collection (see `timed`).
 
 "capture" is building the description (our trace(); torchviz's make_dot()); "layout" is
 turning it into SVG with Graphviz `dot`. torchviz's layout runs `dot -Tsvg` on its DOT
@@ -19,6 +24,7 @@ source in a subprocess with a timeout, since its own .pipe() has none.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import shutil
 import subprocess
@@ -130,6 +136,35 @@ def lstm_case(steps: int) -> Callable[[], tuple[torch.Tensor, nn.Module]]:
     return build
 
 
+class Decoder(nn.Module):
+    """A GRUCell decoder with teacher forcing: each step embeds the previous token, runs
+    the cell and scores the next token; the scores of all steps are stacked into one loss."""
+
+    def __init__(self, vocab: int = 20, emb: int = 8, hidden: int = 16) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, emb)
+        self.cell = nn.GRUCell(emb, hidden)
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = torch.zeros(tokens.shape[0], self.cell.hidden_size)
+        logits = []
+        for t in range(tokens.shape[1] - 1):
+            h = self.cell(self.emb(tokens[:, t]), h)
+            logits.append(self.out(h))
+        scores = torch.stack(logits, 1)
+        return F.cross_entropy(scores.reshape(-1, scores.shape[-1]), tokens[:, 1:].reshape(-1))
+
+
+def gru_case(steps: int) -> Callable[[], tuple[torch.Tensor, nn.Module]]:
+    def build() -> tuple[torch.Tensor, nn.Module]:
+        torch.manual_seed(0)
+        model = Decoder()
+        return model(torch.randint(0, 20, (4, steps + 1))), model
+
+    return build
+
+
 def chain_case() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     x = torch.ones(4, requires_grad=True)
     y = x
@@ -153,6 +188,10 @@ def live_chain(ops: int = 1_000) -> tuple[int, float, float, int]:
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    # A full garbage collection first, so that neither tool pays for the other's garbage:
+    # after `import torch` the first allocation-heavy call tends to trigger a full
+    # collection of torch's heap (0.2-0.3 s here), whichever tool happens to make it.
+    gc.collect()
     t0 = time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, out
@@ -202,6 +241,8 @@ def main() -> None:
         ("gpt", gpt_case, True, "trace+SVG < 1 s"),
         ("lstm100", lstm_case(100), True, "SVG < 5 s"),
         ("lstm300", lstm_case(300), True, "SVG < 20 s"),
+        ("gru50", gru_case(50), True, "trace+SVG <= 3 s"),
+        ("gru200", gru_case(200), True, "trace+SVG <= 15 s"),
         ("chain10k", chain_case, False, "trace+DOT < 2 s"),
     ]
     header = f"{'case':<9} {'nodes':>6} {'ours capture s':>15} {'ours layout s':>20} {'torchviz capture s':>19} " \
