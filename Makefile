@@ -6,8 +6,15 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 SITE  := _build/html
 NB    ?=
+# Test workers: unit tests and notebooks spread over this many processes (pytest-xdist).
+JOBS  ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+# The notebooks are compared on torch's baseline CPU kernels with one thread: their stored
+# outputs come from the machine's own (vectorised, multi-threaded) kernels, so a pass here
+# shows that no compared output depends on the CPU a reader has.
+PORTABLE := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
 
-.PHONY: setup setup-browser book site test unit unit-fast notebooks browser lab execute bench compat clean
+.PHONY: setup setup-browser book site test unit unit-fast notebooks notebooks-native browser lab execute bench compat clean
 
 setup:
 	@scripts/setup.sh
@@ -23,15 +30,20 @@ site:
 	@$(PY) scripts/build_site.py
 
 unit:
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(JOBS) tests
 
 # Authors: the unit tests without the slow ones (multi-process DDP, the full checkpoint grid,
 # the two-interpreter determinism check). `make test` still runs everything.
 unit-fast:
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n $(JOBS) -m "not slow" tests
 
+# One notebook per worker, its cells in order (--dist loadscope).
 notebooks:
-	$(PY) -m pytest -q --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks
+	$(PORTABLE) $(PY) -m pytest -q -n $(JOBS) --dist loadscope $(NBVAL) notebooks
+
+# Authors: the same comparison on this machine's own kernels and thread count.
+notebooks-native:
+	$(PY) -m pytest -q -n $(JOBS) --dist loadscope $(NBVAL) notebooks
 
 browser:
 	$(PY) scripts/check_site.py $(SITE)
