@@ -307,6 +307,26 @@ def _composing_enter(hooks: Any) -> None:
 # time. While a tracker is active, other threads may enter hook pairs freely: they go
 # through `_composing_enter`, which composes nothing for a thread not under the ledger's
 # dispatch mode.
+def _keep_dynamo_out() -> bool:
+    """Tell Dynamo to skip the ledger's ``__torch_dispatch__`` and everything it calls
+    (the C-level per-code strategy ``torch._dynamo.disable`` would otherwise emulate
+    per call); False where this torch lacks that API, and the wrapper stays."""
+    try:
+        from torch._C._dynamo import eval_frame as ef
+
+        skip = ef._FrameExecStrategy(ef._FrameAction.SKIP, ef._FrameAction.SKIP)
+        return skip is not None and callable(ef.set_code_exec_strategy)
+    except (ImportError, AttributeError, TypeError):
+        return False
+
+
+def _skip_dynamo_in(fn: Any) -> None:
+    from torch._C._dynamo import eval_frame as ef
+
+    ef.set_code_exec_strategy(
+        fn.__code__, ef._FrameExecStrategy(ef._FrameAction.SKIP, ef._FrameAction.SKIP))
+
+
 def _start_composing(ledger: StorageLedger) -> None:
     if not _COMPOSING:
         _ORIGINAL_ENTER[:] = [_HOOKS_CLS.__dict__["__enter__"]]
@@ -328,6 +348,14 @@ class StorageLedger(TorchDispatchMode):
     The record's compact rows are appended to directly (cheap in the hot path); the
     record builds `MemorySample` objects only when read.
     """
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # TorchDispatchMode keeps Dynamo out of ``__torch_dispatch__`` by wrapping it in
+        # ``torch._disable_dynamo``, a Python wrapper that swaps the frame evaluator on
+        # every call: about 2 us per op, most of the ledger's own cost. The same
+        # guarantee is given once per code object instead (`_keep_dynamo_out`).
+        return not _keep_dynamo_out()
 
     def __init__(self, device: torch.device) -> None:
         super().__init__()
@@ -613,9 +641,13 @@ class StorageLedger(TorchDispatchMode):
             return out
         born = len(self.s_bytes)
         if type(out) is torch.Tensor and kind == _ALLOCATES:
-            # The usual case, kept short: one fresh plain tensor.
-            st = held_storage(out)
-            if st is None or st._cdata in self._live or self._register(st, born) is None:
+            # The usual case, kept short: one fresh plain tensor (its storage read
+            # directly: `held_storage` only adds the unwrapping of subclasses).
+            try:
+                st = out.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # sparse, nested: no storage
+                return out
+            if st._cdata in self._live or self._register(st, born) is None:
                 return out
         elif type(out) is tuple or type(out) is list:
             grew = False
@@ -634,6 +666,11 @@ class StorageLedger(TorchDispatchMode):
                 self._backward_open = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
         return out
+
+
+if not isinstance(StorageLedger.__dict__["__torch_dispatch__"], staticmethod) and \
+        hasattr(StorageLedger.__dict__["__torch_dispatch__"], "__code__") and _keep_dynamo_out():
+    _skip_dynamo_in(StorageLedger.__torch_dispatch__)
 
 
 def named_params(
@@ -760,7 +797,20 @@ class TrainingHooks:
 
 def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """Every tensor in ``optimizer.state`` (Adam's exp_avg, exp_avg_sq, step...)."""
-    return tensors_in(list(optimizer.state.values()))
+    out: list[torch.Tensor] = []
+    # Read after every step: the usual per-parameter dict of tensors and numbers is
+    # walked directly (pytree costs microseconds per leaf); anything nested goes
+    # through pytree.
+    for state in optimizer.state.values():
+        if type(state) is not dict:
+            out += tensors_in(state)
+            continue
+        for v in state.values():
+            if isinstance(v, torch.Tensor):
+                out.append(v)
+            elif isinstance(v, (list, tuple, dict)):
+                out += tensors_in(v)
+    return out
 
 
 def model_tensors(model: nn.Module) -> list[torch.Tensor]:
