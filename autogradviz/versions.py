@@ -117,9 +117,8 @@ _FACTS = (
             "2.14": "a `FutureWarning`, which Python shows to every user by default",
         },
         source="https://github.com/pytorch/pytorch/blob/v2.14.1/torch/jit/_script.py",
-        source_title="no pull request found; the source: `torch/jit/_script.py` and "
-        "`torch/jit/_trace.py` at v2.14.1 warn with `FutureWarning` (v2.13.0: "
-        "`DeprecationWarning`)",
+        source_title="`torch/jit/_script.py` and `torch/jit/_trace.py` at v2.14.1 warn with "
+        "`FutureWarning` (v2.13.0: `DeprecationWarning`); no pull request found",
         proofs=("notebooks/01_define_by_run.ipynb", "notebooks/02_tensors_under_the_hood.ipynb"),
     ),
     VersionFact(
@@ -136,9 +135,9 @@ _FACTS = (
             "code (`torch/_decomp/decompositions_for_jvp.py`)",
         },
         source="https://github.com/pytorch/pytorch/blob/v2.14.1/torch/_decomp/decompositions_for_jvp.py",
-        source_title="no pull request found; the source: "
-        "`torch/_decomp/decompositions_for_jvp.py` calls `torch.jit.script` at import, "
-        "whose warning became a `FutureWarning` in 2.14",
+        source_title="`torch/_decomp/decompositions_for_jvp.py` at v2.14.1 calls "
+        "`torch.jit.script` at import, whose warning became a `FutureWarning` in 2.14; "
+        "no pull request found",
         proofs=("notebooks/03_autograd_engine.ipynb", "notebooks/04_extending_autograd.ipynb"),
     ),
     VersionFact(
