@@ -34,7 +34,18 @@ __all__ = [
     "heading_slug",
     "render_question_index",
     "render_revision_sheet",
+    "render_drill",
     "render_version_page",
+    "question_page",
+    "chapter_page",
+    "chapter_pages",
+    "site_links",
+    "join_split_math",
+    "render_toc",
+    "search_index",
+    "search",
+    "book_search_pages",
+    "broken_links",
     "external_references",
     "build",
     "main",
@@ -48,6 +59,7 @@ TOC = Path("book/_toc.yml")
 QUESTIONS_YML = Path("book/questions.yml")
 QUESTIONS_MD = Path("book/questions.md")
 REVISION_MD = Path("book/revision.md")
+DRILL_MD = Path("book/drill.md")
 VERSIONS_MD = Path("book/torch-versions.md")  # the site's copy
 VERSIONS_DOC = Path("docs/torch-versions.md")  # the repository's, readable without the site
 CHAPTER_FILE = re.compile(r"^(\d{2})_[a-z0-9_]+\.ipynb$")
@@ -137,16 +149,31 @@ def _chapter(path: Path) -> notebook_parts.Chapter:
     return _parsed(path, path.stat().st_mtime_ns)
 
 
+def question_page(number: int) -> str:
+    """The generated page of question `number`, relative to the site's source root."""
+    return f"notebooks/q{number}.ipynb"
+
+
+def chapter_page(nb: Path) -> str:
+    """The generated page of a chapter (its overview, question list, Check yourself, Summary)."""
+    return f"notebooks/{nb.stem}.ipynb"
+
+
 def render_question_index(questions: list[Question], chapters: dict[int, Path], root: Path) -> str:
-    """The Markdown of book/questions.md: every question, linked where its chapter exists."""
+    """The Markdown of book/questions.md: every question, linked to its page where its chapter exists."""
+    coming = any(q.chapter not in chapters for q in questions)
     lines = [
         "# Question index",
         "",
         "<!-- Written by scripts/build_site.py from book/questions.yml and the chapter notebooks. -->",
         "",
-        f"All {len(questions)} questions, in the order the book answers them. Each links to its section;",
-        "a question marked *coming* belongs to a chapter that is not written yet. The",
-        "[revision sheet](revision.md) gathers every written short answer and Summary line on one page.",
+        f"All {len(questions)} questions, in the order the book answers them, each on its own page.",
+    ]
+    if coming:
+        lines.append("A question marked *coming* belongs to a chapter that is not written yet.")
+    lines += [
+        "The [revision sheet](revision.md) gathers every short answer and Summary line on one page,",
+        "and the [drill](drill.md) asks them one at a time.",
     ]
     current = None
     for q in questions:
@@ -164,10 +191,9 @@ def render_question_index(questions: list[Question], chapters: dict[int, Path], 
                 f"{nb.relative_to(root)} has no heading '## Q{q.number}. ...'; every question of "
                 f"chapter {q.chapter} needs one (see the chapter standard)"
             )
-        target = f"../{nb.relative_to(root).as_posix()}#{heads[q.number].slug}"
         # Escape brackets so question text such as "[GPU]" cannot close the link early.
         text = q.text.replace("[", r"\[").replace("]", r"\]")
-        lines.append(f'{q.number}. <a id="q{q.number}"></a>[{text}]({target}){gpu}')
+        lines.append(f'{q.number}. <a id="q{q.number}"></a>[{text}](../{question_page(q.number)}){gpu}')
     for number, nb in sorted(chapters.items()):
         own = {q.number for q in questions if q.chapter == number}
         stray = [h.number for h in question_headings(nb) if h.number not in own]
@@ -176,9 +202,56 @@ def render_question_index(questions: list[Question], chapters: dict[int, Path], 
     return "\n".join(lines) + "\n"
 
 
-def _rewrite_local_links(markdown: str, target: str) -> str:
-    """Point in-page links ("](#q3)") of a chapter's text at that chapter from another page."""
-    return re.sub(r"\]\(#", f"]({target}#", markdown)
+_LOCAL_Q = re.compile(r"\]\(#q(\d+)\)")
+_INDEX_Q = re.compile(r"\]\((?:\.\./book/)?questions\.md#q(\d+)\)")
+
+
+def site_links(markdown: str, up: str) -> str:
+    """Point a chapter's question links ("](#q3)", "](../book/questions.md#q3)") at the question's
+    own page; `up` is the way from the page being written to the source root ("../" from book/
+    and notebooks/)."""
+    markdown = _LOCAL_Q.sub(lambda m: f"]({up}{question_page(int(m.group(1)))})", markdown)
+    return _INDEX_Q.sub(lambda m: f"]({up}{question_page(int(m.group(1)))})", markdown)
+
+
+def _rewrite_local_links(markdown: str, target: str = "") -> str:
+    """A chapter's text moved to a page in book/: question links go to the question pages."""
+    return site_links(join_split_math(markdown), "../")
+
+
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+
+
+def _open_inline_math(line: str) -> bool:
+    """True when the line leaves a single-dollar formula open (an odd number of lone `$`)."""
+    line = re.sub(r"`[^`]*`", "", line.replace("\\$", "").replace("$$", ""))
+    return line.count("$") % 2 == 1
+
+
+def join_split_math(markdown: str) -> str:
+    """Join the lines of an inline formula written over several lines.
+
+    Inside a paragraph a line break is only a space, except that a continuation line starting
+    with "+ " or "- " opens a list: the formula is cut in two and both halves show as raw TeX
+    (Q30's distillation loss). Joining the formula's lines keeps it one formula."""
+    out: list[str] = []
+    fence: str | None = None
+    for line in markdown.split("\n"):
+        m = _FENCE.match(line)
+        if fence is not None:
+            if m and m.group(1).startswith(fence):
+                fence = None
+            out.append(line)
+            continue
+        if m:
+            fence = m.group(1)
+            out.append(line)
+            continue
+        if out and line.strip() and _open_inline_math(out[-1]):
+            out[-1] = out[-1].rstrip() + " " + line.strip()
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 def render_revision_sheet(questions: list[Question], chapters: dict[int, Path], root: Path) -> str:
@@ -191,7 +264,8 @@ def render_revision_sheet(questions: list[Question], chapters: dict[int, Path], 
         "",
         "Every short answer and every Summary line of the written chapters, in question order:",
         "the pass to make the night before. Printed, each chapter starts on a new page. The",
-        "[question index](questions.md) lists all fifty questions.",
+        "[question index](questions.md) lists all fifty questions; the [drill](drill.md) asks",
+        "them one at a time.",
     ]
     if not chapters:
         lines += ["", "No chapter is written yet."]
@@ -200,7 +274,6 @@ def render_revision_sheet(questions: list[Question], chapters: dict[int, Path], 
         by_chapter.setdefault(q.chapter, []).append(q)
     for number, nb in sorted(chapters.items()):
         parsed = _chapter(nb)
-        page = f"../{nb.relative_to(root).as_posix()}"
         lines += ["", f"## Chapter {number}: {by_chapter[number][0].chapter_title}", ""]
         for q in by_chapter[number]:
             section = parsed.question(q.number)
@@ -208,15 +281,50 @@ def render_revision_sheet(questions: list[Question], chapters: dict[int, Path], 
                 continue  # render_question_index already refuses a chapter missing a question
             lines += [f"### Q{q.number}. {q.text}", ""]
             for callout in section.short_answers:
-                lines += [_rewrite_local_links(callout.text, page), ""]
+                lines += [_rewrite_local_links(callout.text), ""]
             if not section.short_answers:
                 lines += ["*No short answer in the chapter yet.*", ""]
             for bullet in parsed.summary.get(q.number, ()):
-                lines.append(f"- {_rewrite_local_links(bullet, page)}")
-            lines += ["", f"[The full answer]({page}#{section.slug})", ""]
+                lines.append(f"- {_rewrite_local_links(bullet)}")
+            lines += ["", f"[The full answer](../{question_page(q.number)})", ""]
         if parsed.summary_other:
             lines += ["### Also in the chapter's Summary", ""]
-            lines += [f"- {_rewrite_local_links(b, page)}" for b in parsed.summary_other]
+            lines += [f"- {_rewrite_local_links(b)}" for b in parsed.summary_other]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_drill(questions: list[Question], chapters: dict[int, Path], root: Path) -> str:
+    """The Markdown of book/drill.md: a card per written question (its short answers, then
+    each follow-up), from the same parts as the revision sheet. book.js shows one card at a time."""
+    lines = [
+        "# Drill",
+        "",
+        "<!-- Written by scripts/build_site.py from the chapter notebooks. -->",
+        "",
+        "One question at a time. Say your answer out loud, then reveal the short answer and the",
+        "follow-ups one by one, and mark how it went. Marks stay in this browser (local storage);",
+        "*shaky/missed first* puts the questions you struggled with at the front of the next round.",
+        "",
+        '<div id="drill-app" class="drill-app"><p class="drill-noscript">The drill needs JavaScript;',
+        'the <a href="revision.html">revision sheet</a> has the same answers on one page.</p></div>',
+    ]
+    for q in questions:
+        nb = chapters.get(q.chapter)
+        section = _chapter(nb).question(q.number) if nb is not None else None
+        if section is None:
+            continue
+        text = q.text.replace("[", r"\[").replace("]", r"\]")
+        lines += ["", f"::::{{container}} drill-card drill-q{q.number} drill-ch{q.chapter}", "",
+                  f"**Q{q.number}. {text}** (chapter {q.chapter})", ""]
+        lines += [":::{container} drill-answer", ""]
+        for callout in section.short_answers:
+            lines += [_rewrite_local_links(callout.text), ""]
+        if not section.short_answers:
+            lines += ["*No short answer in the chapter yet.*", ""]
+        lines += [f"[The full answer](../{question_page(q.number)})", "", ":::", ""]
+        for bullet in section.follow_ups:
+            lines += [":::{container} drill-followup", "", _rewrite_local_links(bullet), "", ":::", ""]
+        lines += ["::::"]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -228,7 +336,7 @@ def render_version_page(
     each tested release does, the value the proofs expect, and the change behind it.
 
     ``for_site`` writes the site's copy (book/torch-versions.md: questions link to their
-    section of the chapter page); otherwise the repository's (docs/torch-versions.md: links
+    own page); otherwise the repository's (docs/torch-versions.md: links
     to the chapter notebooks and the question list, no site needed)."""
     from autogradviz.versions import PINNED_TORCH, TESTED_TORCH, VERSION_FACTS
 
@@ -265,7 +373,7 @@ def render_version_page(
                 section = _chapter(nb).question(number)
                 if section is None:
                     raise SiteError(f"{nb.relative_to(root)} has no section for Q{number} (version fact {fact.name!r})")
-                target = f"{up}{nb.relative_to(root).as_posix()}#{section.slug}"
+                target = f"{up}{question_page(number)}"
             else:
                 target = f"{up}{nb.relative_to(root).as_posix()}"
             links.append(f"[Q{number}. {text}]({target})")
@@ -312,14 +420,245 @@ def external_references(site: Path) -> list[str]:
     return found
 
 
+SOURCE = Path("_build/src")  # the generated Sphinx source tree (book/ copied, the pages written)
+SEARCH_JS = "_static/book-search.js"
+# Search weights by where a word occurs: a question's heading, its short answer, the other
+# prose, its code (imports dropped). The book's own pages (index, revision sheet) repeat the
+# questions' words and rank below the questions themselves.
+W_TITLE, W_SHORT, W_PROSE, W_CODE, W_BOOK, W_BOOK_TITLE = 10.0, 5.0, 1.0, 0.3, 0.4, 3.0
+_TOKEN = re.compile(r"[a-z0-9_]+")
+_IMPORT = re.compile(r"^\s*(?:import\s|from\s+\S+\s+import\s)")
+_HEADING_LINE = re.compile(r"^(\s{0,3})(#{1,6})(?=\s)")
+
+
+def _promote_headings(source: str, by: int) -> str:
+    """Raise every ATX heading of a Markdown cell by `by` levels (## -> #), fences left alone."""
+    if by <= 0:
+        return source
+    lines = source.split("\n")
+    tokens = notebook_parts._markdown().parse(source)
+    for tok in tokens:
+        if tok.type == "heading_open" and tok.map and tok.markup.startswith("#"):
+            i = tok.map[0]
+            lines[i] = _HEADING_LINE.sub(lambda m: m.group(1) + m.group(2)[: max(1, len(m.group(2)) - by)], lines[i], 1)
+    return "\n".join(lines)
+
+
+def _page_cell(cell, promote: int = 0):
+    """A copy of a chapter cell for a generated page: links to question pages, math joined."""
+    import copy
+
+    cell = copy.deepcopy(cell)
+    if cell.cell_type == "markdown":
+        cell.source = site_links(join_split_math(_promote_headings(cell.source, promote)), "../")
+    elif "check" in cell.get("metadata", {}).get("tags", []):
+        # A check cell's output says whether the reader's answer passed: collapsed on the site.
+        tags = list(cell.metadata.get("tags", []))
+        cell.metadata["tags"] = tags + ["hide-output"]
+    return cell
+
+
+def chapter_pages(nb_path: Path, questions: list[Question]) -> dict[str, object]:
+    """The generated pages of one chapter notebook: {page path: notebook}. The chapter page keeps
+    every cell outside the question sections and lists the questions where the first one
+    started; each question page holds its section, its heading raised to the page title."""
+    import nbformat
+
+    nb = nbformat.read(nb_path, as_version=4)
+    parsed = _chapter(nb_path)
+    cells = list(nb.cells)
+    text = {q.number: q.text for q in questions}
+    inside: set[int] = set()
+    pages: dict[str, object] = {}
+    for section in parsed.questions:
+        inside.update(range(section.start, section.end))
+        level = next(h.level for h in parsed.headings if h.cell == section.start and h.text.startswith(f"Q{section.number}."))
+        page = nbformat.v4.new_notebook(metadata=nb.metadata)
+        page.cells = [_page_cell(c, promote=level - 1) for c in cells[section.start:section.end]]
+        pages[question_page(section.number)] = page
+    listing = ["## Questions", ""]
+    for section in parsed.questions:
+        title = text.get(section.number, section.title).replace("[", r"\[").replace("]", r"\]")
+        listing.append(f"{section.number}. [{title}](../{question_page(section.number)})")
+    chapter = nbformat.v4.new_notebook(metadata=nb.metadata)
+    first = parsed.questions[0].start if parsed.questions else len(cells)
+    chapter.cells = [_page_cell(c) for i, c in enumerate(cells[:first])]
+    chapter.cells.append(nbformat.v4.new_markdown_cell("\n".join(listing)))
+    chapter.cells += [_page_cell(c) for i, c in enumerate(cells) if i >= first and i not in inside]
+    return {chapter_page(nb_path): chapter, **pages}
+
+
+def render_toc(template: str, chapters: dict[int, Path], parsed_numbers: dict[int, list[int]]) -> str:
+    """book/_toc.yml with its chapter glob replaced by the generated pages: each chapter page,
+    its question pages as sections (so previous/next run in question order)."""
+    import yaml
+
+    toc = yaml.safe_load(template)
+    entries = []
+    for number, nb in sorted(chapters.items()):
+        entry: dict[str, object] = {"file": chapter_page(nb).removesuffix(".ipynb")}
+        if parsed_numbers[number]:
+            entry["sections"] = [{"file": question_page(n).removesuffix(".ipynb")} for n in parsed_numbers[number]]
+        entries.append(entry)
+    out = []
+    for item in toc["chapters"]:
+        out.extend(entries if "glob" in item else [item])
+    toc["chapters"] = out
+    return yaml.safe_dump(toc, sort_keys=False)
+
+
+def _tokens(text: str) -> list[str]:
+    return [t for t in _TOKEN.findall(text.lower()) if len(t) > 1]
+
+
+def _code_text(cells) -> str:
+    return "\n".join(
+        line for c in cells if c.cell_type == "code" for line in c.source.splitlines() if not _IMPORT.match(line)
+    )
+
+
+def search_index(pages: list[tuple[str, str, str, dict[float, str]]]) -> dict[str, object]:
+    """The search index: {"pages": [[url, title, snippet], ...], "terms": {term: [[page, score], ...]}}.
+
+    `pages` holds (url, title, snippet, {weight: text}); a term's score on a page is, per
+    weight, weight * (1 + ln count), summed."""
+    import math
+
+    terms: dict[str, list[list[float]]] = {}
+    for i, (_url, _title, _snippet, fields) in enumerate(pages):
+        score: dict[str, float] = {}
+        for weight, text in fields.items():
+            counts: dict[str, int] = {}
+            for t in _tokens(text):
+                counts[t] = counts.get(t, 0) + 1
+            for t, c in counts.items():
+                score[t] = score.get(t, 0.0) + weight * (1 + math.log(c))
+        for t, v in score.items():
+            terms.setdefault(t, []).append([i, round(v, 3)])
+    return {"pages": [[u, t, s] for u, t, s, _ in pages], "terms": terms}
+
+
+def search(index: dict[str, object], query: str) -> list[str]:
+    """The page urls a query finds, best first: every word must occur (a word of 3+ letters
+    also matches the start of a longer one, at half score). book.js ranks the same way."""
+    words = _tokens(query)
+    scores: dict[int, float] | None = None
+    for w in words:
+        got: dict[int, float] = {}
+        for term, postings in index["terms"].items():  # type: ignore[union-attr]
+            if term == w:
+                f = 1.0
+            elif len(w) >= 3 and term.startswith(w):
+                f = 0.5
+            else:
+                continue
+            for page, value in postings:
+                got[page] = max(got.get(page, 0.0), f * value)
+        scores = got if scores is None else {p: scores[p] + got[p] for p in scores if p in got}
+    if not scores:
+        return []
+    pages = index["pages"]  # type: ignore[index]
+    return [pages[p][0] for p in sorted(scores, key=lambda p: (-round(scores[p], 6), p))]
+
+
+def _snippet(text: str, n: int = 180) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1].rsplit(" ", 1)[0] + " …"
+
+
+def book_search_pages(questions: list[Question], chapters: dict[int, Path], book_pages: dict[str, str]) -> list:
+    """What the search index is made of: each question page, each chapter page (without its
+    set-up cells) and the book's own pages (`book_pages`: url -> Markdown)."""
+    plain = notebook_parts.plain_text
+    pages = []
+    for url, md in book_pages.items():
+        title = next((line[2:].strip() for line in md.splitlines() if line.startswith("# ")), url)
+        body = re.sub(r"<!--.*?-->", "", md, flags=re.S)
+        pages.append((url, title, _snippet(plain(body.split("\n", 1)[-1])), {W_BOOK_TITLE: title, W_BOOK: plain(body)}))
+    for number, nb_path in sorted(chapters.items()):
+        parsed = _chapter(nb_path)
+        import nbformat
+
+        cells = list(nbformat.read(nb_path, as_version=4).cells)
+        first = parsed.questions[0].start if parsed.questions else len(cells)
+        inside = {i for s in parsed.questions for i in range(s.start, s.end)}
+        rest = [c for i, c in enumerate(cells) if i >= first and i not in inside]
+        prose = plain("\n\n".join(c.source for c in cells[:first] + rest if c.cell_type == "markdown"))
+        title = parsed.title or nb_path.stem
+        url = chapter_page(nb_path).replace(".ipynb", ".html")
+        pages.append((url, title, _snippet(prose.replace(title, "", 1)), {W_TITLE: title, W_PROSE: prose, W_CODE: _code_text(rest)}))
+        for s in parsed.questions:
+            sec = cells[s.start:s.end]
+            short_cells = {c.cell for c in s.short_answers}
+            short = plain("\n\n".join(c.text for c in s.short_answers))
+            heading = f"Q{s.number}. {s.title}"
+            prose = plain("\n\n".join(c.source for i, c in enumerate(sec, s.start)
+                                       if c.cell_type == "markdown" and i not in short_cells and i != s.start))
+            fields = {W_TITLE: plain(heading), W_SHORT: short, W_PROSE: prose, W_CODE: _code_text(sec)}
+            pages.append((question_page(s.number).replace(".ipynb", ".html"), plain(heading), _snippet(short), fields))
+    return pages
+
+
+_HREF = re.compile(r"""\bhref\s*=\s*["']([^"']+)["']""", re.I)
+_ID = re.compile(r"""\bid\s*=\s*["']([^"']+)["']""", re.I)
+
+
+def broken_links(site: Path) -> list[str]:
+    """Every link of the site's pages that points at a page or an anchor the site lacks."""
+    import html as html_lib
+    from urllib.parse import unquote, urldefrag, urlparse
+
+    ids: dict[Path, set[str]] = {}
+
+    def ids_of(path: Path) -> set[str]:
+        if path not in ids:
+            ids[path] = set(_ID.findall(path.read_text(encoding="utf-8", errors="replace")))
+        return ids[path]
+
+    found = []
+    for page in sorted(site.rglob("*.html")):
+        rel = page.relative_to(site)
+        if rel.parts[0] in ("_static", "_sources", "_images"):
+            continue
+        for href in _HREF.findall(page.read_text(encoding="utf-8", errors="replace")):
+            href = html_lib.unescape(href)
+            if urlparse(href).scheme or href.startswith("//"):
+                continue  # another host, mailto:, javascript:
+            target, anchor = urldefrag(href)
+            path = (page.parent / unquote(target.split("?")[0])).resolve() if target else page
+            if path.is_dir():
+                path = path / "index.html"
+            if not path.exists():
+                found.append(f"{rel}: {href} (no such page)")
+            elif anchor and path.suffix == ".html" and unquote(anchor) not in ids_of(path):
+                found.append(f"{rel}: {href} (no such anchor)")
+    return found
+
+
+def _use_book_search(site: Path, index: dict[str, object]) -> None:
+    """The search page ranks with the book's own index (book.js) instead of Sphinx's."""
+    import json
+
+    (site / SEARCH_JS).write_text("window.BOOK_SEARCH = " + json.dumps(index, separators=(",", ":")) + ";\n", encoding="utf-8")
+    page = site / "search.html"
+    text = page.read_text(encoding="utf-8")
+    sphinx = re.compile(r'\s*<script src="(?:_static/searchtools\.js|_static/language_data\.js|searchindex\.js)"></script>')
+    text, n = sphinx.subn("", text)
+    if n != 3:
+        raise SiteError(f"{page}: expected Sphinx's three search scripts, found {n}; has the theme changed?")
+    text = text.replace("</head>", f'<script src="{SEARCH_JS}"></script>\n</head>', 1)
+    page.write_text(text, encoding="utf-8")
+
+
 def build(root: Path = REPO) -> Path:
-    """Write the question index, build the site into root/_build/html, return its index page."""
+    """Write the generated pages, build the site into root/_build/html, return its index page."""
     questions = load_questions(root / QUESTIONS_YML)
     n_chapters = max(q.chapter for q in questions)
     chapters = find_chapters(root / "notebooks", n_chapters)
     generated = {
         QUESTIONS_MD: render_question_index(questions, chapters, root),
         REVISION_MD: render_revision_sheet(questions, chapters, root),
+        DRILL_MD: render_drill(questions, chapters, root),
         VERSIONS_MD: render_version_page(questions, chapters, root, for_site=True),
         VERSIONS_DOC: render_version_page(questions, chapters, root, for_site=False),
     }
@@ -329,12 +668,30 @@ def build(root: Path = REPO) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)  # docs/ in a test's copy of book/
             target.write_text(text, encoding="utf-8")
 
+    # The Sphinx source: book/ as it is, and one page per chapter and per question, written
+    # from the chapter notebooks (which stay one per chapter for JupyterLab and the download).
+    import nbformat
+
+    source = root / SOURCE
+    shutil.rmtree(source, ignore_errors=True)
+    shutil.copytree(root / "book", source / "book", ignore=shutil.ignore_patterns(".*", "__pycache__"))
+    (source / "notebooks").mkdir(parents=True)
+    numbers: dict[int, list[int]] = {}
+    page_of_chapter: dict[str, Path] = {}
+    for number, nb in sorted(chapters.items()):
+        numbers[number] = [s.number for s in _chapter(nb).questions]
+        for rel, page in chapter_pages(nb, questions).items():
+            nbformat.write(page, source / rel)
+            page_of_chapter[rel] = nb
+    (source / TOC).write_text(render_toc((root / TOC).read_text(encoding="utf-8"), chapters, numbers), encoding="utf-8")
+
     site = root / "_build" / "html"
     # Start empty: pages left from an earlier build (a renamed chapter) would still be served.
     shutil.rmtree(site, ignore_errors=True)
     jb = Path(sys.executable).parent / "jupyter-book"
     cmd = [
-        str(jb), "build", ".", "--config", str(CONFIG), "--toc", str(TOC), "--builder", "html",
+        str(jb), "build", str(source), "--path-output", str(root), "--config", str(source / CONFIG),
+        "--toc", str(source / TOC), "--builder", "html",
         # Fresh every time: an incremental Sphinx build does not repeat the warnings of
         # unchanged pages, so -W would let a broken page through on the second build.
         "--all", "-W", "--keep-going", "-q",
@@ -348,16 +705,28 @@ def build(root: Path = REPO) -> Path:
     index = site / "index.html"
     if not index.is_file():
         raise SiteError(f"the build finished but {index} is missing:\n{output}")
-    pages = [site / "book" / "questions.html", site / "book" / "revision.html", site / "book" / "torch-versions.html"] + [site / nb.relative_to(root).with_suffix(".html") for nb in chapters.values()]
+    pages = [site / "book" / f"{name}.html" for name in ("questions", "revision", "drill", "torch-versions")]
+    pages += [site / rel.replace(".ipynb", ".html") for rel in page_of_chapter]
     missing = [str(p.relative_to(site)) for p in pages if not p.is_file()]
     if missing:
         raise SiteError(f"pages missing from the site: {missing}; is the chapter in book/_toc.yml's glob?")
+    # Every page's download button gives the whole chapter notebook, not the page's cells.
+    for rel, nb in page_of_chapter.items():
+        shutil.copyfile(nb, site / "_sources" / rel)
     mathjax = site / "_static" / "mathjax" / "tex-chtml.js"
     if not mathjax.is_file():
         raise SiteError(f"{mathjax} is missing: the site would load MathJax from a CDN (is sphinx-mathjax-offline installed?)")
+    book_pages = {
+        f"book/{name}.html": (source / "book" / f"{name}.md").read_text(encoding="utf-8")
+        for name in ("intro", "questions", "revision", "torch-versions")
+    }
+    _use_book_search(site, search_index(book_search_pages(questions, chapters, book_pages)))
     external = external_references(site)
     if external:
         raise SiteError("the site would load resources from other hosts:\n  " + "\n  ".join(external))
+    broken = broken_links(site)
+    if broken:
+        raise SiteError(f"{len(broken)} link(s) point at a missing page or anchor:\n  " + "\n  ".join(broken[:40]))
     return index
 
 

@@ -112,6 +112,7 @@ class QuestionSection:
     wrong_answers: tuple[Callout, ...]  # warning callouts
     other_callouts: tuple[Callout, ...]
     figures: tuple[Figure, ...]
+    follow_ups: tuple[str, ...] = ()  # top-level bullets of the "### Follow-ups" subsection, as Markdown
 
 
 @dataclass(frozen=True)
@@ -279,6 +280,16 @@ def parse_chapter(notebook: Path | Any) -> Chapter:
     def section_end(start: int) -> int:
         return next((b for b in breaks if b > start), len(cells))
 
+    def follow_ups(start: int, end: int) -> tuple[str, ...]:
+        """Bullets from the "Follow-ups" level-3 heading up to the next heading of level <= 3."""
+        head = next((h for h in heads if start <= h.cell < end and h.level == 3
+                     and h.text.lower().startswith("follow-up")), None)
+        if head is None:
+            return ()
+        stop = next((h.cell for h in heads if head.cell < h.cell < end and h.level <= 3), end)
+        text = "\n\n".join(c.source for c in cells[head.cell:stop] if c.cell_type == "markdown")
+        return tuple(_bullets(text))
+
     questions = []
     for h in heads:
         m = QUESTION_TITLE.match(h.text)
@@ -300,6 +311,7 @@ def parse_chapter(notebook: Path | Any) -> Chapter:
                 wrong_answers=tuple(c for c in inside if c.kind == "warning"),
                 other_callouts=tuple(c for c in inside if c.kind not in ("tip", "warning")),
                 figures=tuple(f for f in figures if start <= f.cell < end),
+                follow_ups=follow_ups(start, end),
             )
         )
 
