@@ -25,8 +25,8 @@ from torch import nn
 
 from .records import CATEGORIES, PHASES, MemoryRecord, MemorySample
 from .recorder import (
-    StorageLedger, TrainingHooks, as_device, check_targets, model_tensors, named_params,
-    state_tensors, tensors_in,
+    StorageLedger, TrainingHooks, as_device, check_targets, named_params, state_tensors,
+    tensors_in,
 )
 
 if TYPE_CHECKING:
@@ -77,10 +77,11 @@ class _MemoryTracker:
         led = self._ledger
         led.start()
         try:
-            if self.model is not None:
-                led.mark(model_tensors(self.model), "parameter", None)
+            # `_named` already holds every model parameter (then optimizer-only ones), so
+            # the model adds only its buffers: each tensor is looked up once.
             params = [p for _, p in self._named]
-            led.mark(params, "parameter", None)
+            buffers = list(self.model.buffers()) if self.model is not None else []
+            led.mark([*params, *buffers], "parameter", None)
             led.mark([p.grad for p in params if p.grad is not None], "gradient", None)
             if self.optimizer is not None:
                 led.mark(state_tensors(self.optimizer), "optimizer_state", None)

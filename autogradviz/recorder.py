@@ -456,20 +456,12 @@ class StorageLedger(TorchDispatchMode):
         self.cur[e.cat] -= e.nbytes
         self.total -= e.nbytes
 
-    def _category(self, e: _Live) -> int:
-        roles = e.roles
-        if roles & 1:
-            return _PARAM
-        if roles & 2:
-            return _GRAD
-        if roles & 4:
-            return _OPT
-        if roles & 8:
-            return _INPUT
-        return _ACT if e.saved else _TEMP
-
     def _recategorise(self, e: _Live) -> None:
-        new = self._category(e)
+        # The category by precedence (module docstring), inline: this runs twice for
+        # every saved tensor. Role bits: 1 parameter, 2 gradient, 4 optimizer state, 8 input.
+        roles = e.roles
+        new = ((_PARAM if roles & 1 else _GRAD if roles & 2 else _OPT if roles & 4 else _INPUT)
+               if roles else _ACT if e.saved else _TEMP)
         old = e.cat
         if new == old:
             return
@@ -486,7 +478,10 @@ class StorageLedger(TorchDispatchMode):
 
     def entry(self, t: torch.Tensor) -> _Live | None:
         """The entry of ``t``'s storage, registered now if new (None off the device)."""
-        st = held_storage(t)
+        if type(t) is torch.Tensor and t.layout is torch.strided:
+            st = t.untyped_storage()  # what `held_storage` returns for a plain tensor
+        else:
+            st = held_storage(t)
         if st is None:
             return None
         e = self._live.get(st._cdata)
