@@ -13,8 +13,12 @@ saved attributes in its box).
 Layout policy: `dot` is fast on chains and trees but slow on hubs, e.g. the
 AccumulateGrad of a weight used at every step of an unrolled RNN (hundreds of
 in-edges). Above `hub_copies` in-edges such a leaf is drawn once per consumer,
-a small copy beside each use. Large graphs also get cheaper `dot` settings
-(fewer network-simplex and crossing-minimisation passes, straight edges).
+a small copy beside each use. The mirror image is a Node with many next functions
+far below it, e.g. the StackBackward0 of a decoder's per-step outputs: every rank
+an edge crosses is one more node for `dot` to place, so above `fanout_copies`
+next functions its long edges start from dashed copies of it beside each target.
+Graphs above 300 Nodes also get cheaper `dot` settings (the capped simplex below,
+fewer crossing-minimisation passes, straight edges).
 
 Where the time goes in a big graph: `dot` is nearly all spent in the network
 simplex that places nodes horizontally (the 300-step LSTMCell graph: 4 s of 6 s,
@@ -25,7 +29,9 @@ starts from is already close, and the capped run finishes in under a second
 with a narrower drawing than the uncapped one.
 
 Timeouts: a layout that exceeds `timeout` is retried with the cheapest policy
-(unless it already was the cheapest) and then replaced by a summary table.
+(unless it already was the cheapest) and then replaced by a summary table that
+says what to draw instead; `subprocess.TimeoutExpired` never reaches the caller
+(`LayoutTimeout` does, naming the fix, where there is nothing smaller to draw).
 Whether that happens depends on the machine's speed and load, so a drawing that
 relies on the fallback is NOT deterministic. Notebooks (whose stored outputs
 nbval compares) must only draw graphs that lay out well inside the timeout: in
