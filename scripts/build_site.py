@@ -507,8 +507,13 @@ def render_toc(template: str, chapters: dict[int, Path], parsed_numbers: dict[in
     return yaml.safe_dump(toc, sort_keys=False)
 
 
+def _stem(token: str) -> str:
+    """A plural and its singular are one term ("counters" finds "counter"); book.js does the same."""
+    return token[:-1] if len(token) > 3 and token.endswith("s") and not token.endswith("ss") else token
+
+
 def _tokens(text: str) -> list[str]:
-    return [t for t in _TOKEN.findall(text.lower()) if len(t) > 1]
+    return [_stem(t) for t in _TOKEN.findall(text.lower()) if len(t) > 1]
 
 
 def _code_text(cells) -> str:
@@ -529,7 +534,10 @@ def search_index(pages: list[tuple[str, str, str, dict[float, str]]]) -> dict[st
         score: dict[str, float] = {}
         for weight, text in fields.items():
             counts: dict[str, int] = {}
-            for t in _tokens(text):
+            words = _tokens(text)
+            # Each word, and each pair of neighbours ("version counter"): a phrase searched for
+            # ranks the page that uses it as a phrase above one that has both words apart.
+            for t in words + [f"{a} {b}" for a, b in zip(words, words[1:])]:
                 counts[t] = counts.get(t, 0) + 1
             for t, c in counts.items():
                 score[t] = score.get(t, 0.0) + weight * (1 + math.log(c))
@@ -540,7 +548,8 @@ def search_index(pages: list[tuple[str, str, str, dict[float, str]]]) -> dict[st
 
 def search(index: dict[str, object], query: str) -> list[str]:
     """The page urls a query finds, best first: every word must occur (a word of 3+ letters
-    also matches the start of a longer one, at half score). book.js ranks the same way."""
+    also matches the start of a longer one, at half score), and two words that occur side by
+    side score again as a phrase. book.js ranks the same way."""
     words = _tokens(query)
     scores: dict[int, float] | None = None
     for w in words:
@@ -548,7 +557,7 @@ def search(index: dict[str, object], query: str) -> list[str]:
         for term, postings in index["terms"].items():  # type: ignore[union-attr]
             if term == w:
                 f = 1.0
-            elif len(w) >= 3 and term.startswith(w):
+            elif len(w) >= 3 and term.startswith(w) and " " not in term:
                 f = 0.5
             else:
                 continue
@@ -557,6 +566,10 @@ def search(index: dict[str, object], query: str) -> list[str]:
         scores = got if scores is None else {p: scores[p] + got[p] for p in scores if p in got}
     if not scores:
         return []
+    for a, b in zip(words, words[1:]):  # a phrase bonus: the pair's own score where it occurs
+        for page, value in index["terms"].get(f"{a} {b}", []):  # type: ignore[union-attr]
+            if page in scores:
+                scores[page] += value
     pages = index["pages"]  # type: ignore[index]
     return [pages[p][0] for p in sorted(scores, key=lambda p: (-round(scores[p], 6), p))]
 
@@ -590,7 +603,8 @@ def book_search_pages(questions: list[Question], chapters: dict[int, Path], book
         for s in parsed.questions:
             sec = cells[s.start:s.end]
             short_cells = {c.cell for c in s.short_answers}
-            short = plain("\n\n".join(c.text for c in s.short_answers))
+            # The short answer and the question's Summary lines: the answer in brief.
+            short = plain("\n\n".join([c.text for c in s.short_answers] + list(parsed.summary.get(s.number, ()))))
             heading = f"Q{s.number}. {s.title}"
             prose = plain("\n\n".join(c.source for i, c in enumerate(sec, s.start)
                                        if c.cell_type == "markdown" and i not in short_cells and i != s.start))

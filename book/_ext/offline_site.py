@@ -23,7 +23,7 @@ from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.transforms import SphinxTransform
 
-__all__ = ["QuestionAnchors", "FigureText", "setup"]
+__all__ = ["QuestionAnchors", "FigureText", "tex_to_text", "setup"]
 
 _THEBE_HOOKS = {"init_thebe_core", "update_thebe_context"}
 _ANCHOR_OPEN = re.compile(r"""^\s*<a\s+(?:id|name)\s*=\s*["'](q\d+)["']\s*>\s*(?:</a>)?\s*$""", re.I)
@@ -93,6 +93,36 @@ class QuestionAnchors(SphinxTransform):
                 paragraph.parent.remove(paragraph)
 
 
+_TEX_SYMBOLS = {
+    r"\times": "×", r"\cdot": "·", r"\le": "≤", r"\ge": "≥", r"\approx": "≈", r"\to": "→",
+    r"\alpha": "α", r"\beta": "β", r"\gamma": "γ", r"\epsilon": "ε", r"\varepsilon": "ε",
+    r"\mu": "μ", r"\sigma": "σ", r"\partial": "∂", r"\sum": "Σ", r"\infty": "∞",
+}
+
+
+def tex_to_text(tex: str) -> str:
+    """A formula as plain text for alt text, which a browser shows and a screen reader says
+    as written: `6\\times10^{-8}` becomes `6×10^-8`."""
+    s = tex
+    for name in sorted(_TEX_SYMBOLS, key=len, reverse=True):
+        s = re.sub(re.escape(name) + r"(?![A-Za-z])", _TEX_SYMBOLS[name], s)
+    s = re.sub(r"\\(?:mathrm|text|mathbf|mathit|operatorname|mathsf)\{([^{}]*)\}", r"\1", s)
+    s = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"(\1)/(\2)", s)
+    s = re.sub(r"\\[,;:! ]", " ", s)
+    s = re.sub(r"\\([A-Za-z]+)", r"\1", s)
+    s = s.replace("{", "").replace("}", "")
+    return " ".join(s.split())
+
+
+def _plain(node: nodes.Node) -> str:
+    """A node's text with its formulas as plain text (not TeX)."""
+    if isinstance(node, nodes.math):
+        return tex_to_text(node.astext())
+    if isinstance(node, nodes.Text):
+        return str(node)
+    return "".join(_plain(child) for child in node.children)
+
+
 class FigureText(SphinxTransform):
     """Alt text and caption for notebook figures, from the "*Figure: ...*" line after the cell."""
 
@@ -123,7 +153,7 @@ class FigureText(SphinxTransform):
         first = nxt.children[0]
         if not isinstance(first, nodes.emphasis):
             return None
-        m = _CAPTION.match(first.astext())
+        m = _CAPTION.match(_plain(first))
         return (nxt, " ".join(m.group(1).split())) if m else None
 
 

@@ -1,4 +1,4 @@
-/* The book's page scripts: legible wide figures, and search hits that land on their question.
+/* The book's page scripts: legible wide figures, the book's own search ranking, the drill.
    No network: everything here works on the pages and files of the site itself. */
 (function () {
   "use strict";
@@ -18,56 +18,167 @@
     });
   }
 
-  // Sphinx's search links a hit in a page's body text to the top of the page. On a chapter,
-  // find the first question section ("Q<n>. ..." heading) whose text holds a searched word and
-  // point the hit at that question's "#q<n>" anchor (or the section's own id).
-  var pages = {};
-  function fetchPage(url) {
-    if (!pages[url]) {
-      pages[url] = fetch(url).then(function (r) { return r.text(); }).then(function (html) {
-        return new DOMParser().parseFromString(html, "text/html");
+  // The search page ranks with the book's own index (_static/book-search.js, written by
+  // scripts/build_site.py, which ranks the same way in Python for its tests): a word in a
+  // question's heading counts most, then its short answer, then its prose, then its code;
+  // every word must occur, and a word of 3+ letters also matches the start of a longer one.
+  function tokens(text) {
+    return (text.toLowerCase().match(/[a-z0-9_]+/g) || []).filter(function (t) { return t.length > 1; });
+  }
+  function rank(index, query) {
+    var words = tokens(query), scores = null;
+    words.forEach(function (w) {
+      var got = {};
+      Object.keys(index.terms).forEach(function (term) {
+        var f = term === w ? 1 : (w.length >= 3 && term.indexOf(w) === 0 ? 0.5 : 0);
+        if (!f) return;
+        index.terms[term].forEach(function (p) { got[p[0]] = Math.max(got[p[0]] || 0, f * p[1]); });
       });
-    }
-    return pages[url];
+      if (scores === null) { scores = got; return; }
+      var both = {};
+      Object.keys(scores).forEach(function (p) { if (p in got) both[p] = scores[p] + got[p]; });
+      scores = both;
+    });
+    if (!scores) return [];
+    var round = function (x) { return Math.round(x * 1e6) / 1e6; };
+    return Object.keys(scores).map(Number).sort(function (a, b) {
+      return round(scores[b]) - round(scores[a]) || a - b;
+    });
   }
-  function questionFor(doc, words) {
-    var sections = doc.querySelectorAll("article section");
-    for (var i = 0; i < sections.length; i++) {
-      var h = sections[i].querySelector(":scope > h1, :scope > h2");
-      var m = h && /^\s*Q(\d+)\./.exec(h.textContent);
-      if (!m) continue;
-      var text = sections[i].textContent.toLowerCase();
-      if (words.some(function (w) { return text.indexOf(w) >= 0; })) {
-        var anchor = sections[i].querySelector("#q" + m[1]);
-        return anchor ? anchor.id : sections[i].id;
-      }
-    }
-    return null;
-  }
-  function retarget(link, words) {
-    var url = new URL(link.href);
-    if (url.hash || !/\.html$/.test(url.pathname)) return;
-    link.dataset.bookRetarget = "pending";
-    fetchPage(url.origin + url.pathname).then(function (doc) {
-      var id = questionFor(doc, words);
-      if (id) link.href = url.origin + url.pathname + url.search + "#" + id;
-      link.dataset.bookRetarget = id ? "done" : "none";
-    }).catch(function () { link.dataset.bookRetarget = "none"; });
-  }
-  function searchHits() {
+  function bookSearch() {
     var results = document.getElementById("search-results");
-    if (!results) return;
+    if (!results || !window.BOOK_SEARCH) return;
+    var index = window.BOOK_SEARCH;
     var query = new URLSearchParams(window.location.search).get("q") || "";
-    var words = query.toLowerCase().split(/\s+/).filter(function (w) { return w.length > 1; });
-    if (!words.length) return;
-    var scan = function () {
-      results.querySelectorAll("ul.search li > a:not([data-book-retarget])").forEach(function (a) {
-        retarget(a, words);
-      });
-    };
-    new MutationObserver(scan).observe(results, { childList: true, subtree: true });
-    scan();
+    var input = document.querySelector("#search-documentation ~ form input[name=q], form.bd-search input[name=q]");
+    if (input) input.value = query;
+    results.innerHTML = "";
+    if (!tokens(query).length) return;
+    var found = rank(index, query);
+    var summary = document.createElement("p");
+    summary.className = "search-summary";
+    summary.textContent = found.length
+      ? found.length + " page" + (found.length > 1 ? "s" : "") + " match \u201c" + query + "\u201d, the question that explains it first."
+      : "No page matches \u201c" + query + "\u201d. Check the spelling, or try fewer words.";
+    var list = document.createElement("ul");
+    list.className = "search";
+    var root = (document.documentElement.dataset.content_root || "");
+    found.forEach(function (i) {
+      var page = index.pages[i], li = document.createElement("li"), a = document.createElement("a");
+      a.href = root + page[0];
+      a.textContent = page[1];
+      li.appendChild(a);
+      if (page[2]) {
+        var p = document.createElement("p");
+        p.className = "context";
+        p.textContent = page[2];
+        li.appendChild(p);
+      }
+      list.appendChild(li);
+    });
+    var title = document.createElement("h2");
+    title.textContent = "Search results";
+    results.appendChild(title);
+    results.appendChild(summary);
+    results.appendChild(list);
   }
 
-  document.addEventListener("DOMContentLoaded", function () { figures(); searchHits(); });
+  // Drill (book/drill.md): the page holds a card per question, built from the revision sheet's
+  // parts; this shows one at a time, reveals the short answer and then the follow-ups one by
+  // one, and keeps the reader's marks in local storage.
+  var MARKS_KEY = "autogradviz-drill-marks";
+  function loadMarks() {
+    try { return JSON.parse(window.localStorage.getItem(MARKS_KEY) || "{}") || {}; } catch (e) { return {}; }
+  }
+  function saveMarks(marks) {
+    try { window.localStorage.setItem(MARKS_KEY, JSON.stringify(marks)); } catch (e) { /* private mode */ }
+  }
+  function drill() {
+    var app = document.getElementById("drill-app");
+    if (!app) return;
+    var cards = [].slice.call(document.querySelectorAll("div.drill-card"));
+    if (!cards.length) return;
+    var number = function (card) { return Number(/drill-q(\d+)/.exec(card.className)[1]); };
+    var marks = loadMarks(), order = [], pos = 0, shown = 0;
+    var LABEL = { knew: "knew it", shaky: "shaky", missed: "missed" };
+    var RANK = { missed: 0, shaky: 1, undefined: 2, knew: 3 };
+    app.innerHTML =
+      '<div class="drill-controls">' +
+      '<label>Order <select id="drill-order">' +
+      '<option value="chapter">chapter order</option><option value="random">random</option>' +
+      '<option value="weak">shaky/missed first</option></select></label> ' +
+      '<button type="button" id="drill-start" class="btn btn-sm btn-outline-primary">New round</button>' +
+      '<span id="drill-progress" class="drill-progress"></span></div>' +
+      '<div class="drill-actions">' +
+      '<button type="button" id="drill-reveal" class="btn btn-primary">Reveal the short answer</button> ' +
+      '<button type="button" id="drill-followup" class="btn btn-outline-primary">Next follow-up</button></div>' +
+      '<div class="drill-marks" id="drill-marks">' +
+      '<button type="button" class="btn btn-success" data-mark="knew">Knew it</button> ' +
+      '<button type="button" class="btn btn-warning" data-mark="shaky">Shaky</button> ' +
+      '<button type="button" class="btn btn-danger" data-mark="missed">Missed</button></div>' +
+      '<p class="drill-tally" id="drill-tally"></p>';
+    var $ = function (id) { return document.getElementById(id); };
+    function tally() {
+      var n = { knew: 0, shaky: 0, missed: 0 };
+      Object.keys(marks).forEach(function (q) { if (marks[q] in n) n[marks[q]]++; });
+      $("drill-tally").textContent = "Marked so far: " + n.knew + " knew it, " + n.shaky + " shaky, " +
+        n.missed + " missed, " + (cards.length - n.knew - n.shaky - n.missed) + " not yet.";
+    }
+    function show() {
+      cards.forEach(function (c) { c.classList.remove("drill-current"); });
+      var card = order[pos];
+      card.classList.add("drill-current");
+      card.querySelectorAll(".drill-answer, .drill-followup").forEach(function (e) { e.classList.remove("drill-shown"); });
+      shown = 0;
+      var mark = marks[number(card)];
+      $("drill-progress").textContent = "Question " + (pos + 1) + " of " + order.length +
+        (mark ? " \u00b7 last time: " + LABEL[mark] : "");
+      $("drill-reveal").disabled = false;
+      $("drill-followup").disabled = true;
+      $("drill-marks").querySelectorAll("button").forEach(function (b) { b.classList.toggle("drill-chosen", b.dataset.mark === mark); });
+    }
+    function start() {
+      var how = $("drill-order").value;
+      order = cards.slice();
+      if (how === "random" || how === "weak") {
+        for (var i = order.length - 1; i > 0; i--) {
+          var j = Math.floor(Math.random() * (i + 1)), t = order[i];
+          order[i] = order[j];
+          order[j] = t;
+        }
+      }
+      if (how === "weak") {
+        order.sort(function (a, b) { return RANK[marks[number(a)]] - RANK[marks[number(b)]]; });
+      }
+      pos = 0;
+      show();
+    }
+    $("drill-reveal").addEventListener("click", function () {
+      var card = order[pos];
+      card.querySelector(".drill-answer").classList.add("drill-shown");
+      $("drill-reveal").disabled = true;
+      $("drill-followup").disabled = !card.querySelector(".drill-followup");
+      if (window.MathJax && MathJax.typesetPromise) MathJax.typesetPromise([card]).catch(function () {});
+    });
+    $("drill-followup").addEventListener("click", function () {
+      var items = order[pos].querySelectorAll(".drill-followup");
+      if (shown < items.length) items[shown++].classList.add("drill-shown");
+      $("drill-followup").disabled = shown >= items.length;
+    });
+    $("drill-marks").querySelectorAll("button").forEach(function (b) {
+      b.addEventListener("click", function () {
+        marks[number(order[pos])] = b.dataset.mark;
+        saveMarks(marks);
+        tally();
+        if (pos + 1 < order.length) { pos++; show(); } else { $("drill-progress").textContent = "Round done: start a new one."; }
+      });
+    });
+    $("drill-start").addEventListener("click", start);
+    $("drill-order").addEventListener("change", start);
+    document.body.classList.add("drill-ready");
+    tally();
+    start();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { figures(); bookSearch(); drill(); });
 })();
