@@ -21,16 +21,18 @@
   // The search page ranks with the book's own index (_static/book-search.js, written by
   // scripts/build_site.py, which ranks the same way in Python for its tests): a word in a
   // question's heading counts most, then its short answer, then its prose, then its code;
-  // every word must occur, and a word of 3+ letters also matches the start of a longer one.
+  // every word must occur, a word of 3+ letters also matches the start of a longer one, and
+  // two neighbouring words score again as a phrase.
+  function stem(t) { return t.length > 3 && /s$/.test(t) && !/ss$/.test(t) ? t.slice(0, -1) : t; }
   function tokens(text) {
-    return (text.toLowerCase().match(/[a-z0-9_]+/g) || []).filter(function (t) { return t.length > 1; });
+    return (text.toLowerCase().match(/[a-z0-9_]+/g) || []).filter(function (t) { return t.length > 1; }).map(stem);
   }
   function rank(index, query) {
     var words = tokens(query), scores = null;
     words.forEach(function (w) {
       var got = {};
       Object.keys(index.terms).forEach(function (term) {
-        var f = term === w ? 1 : (w.length >= 3 && term.indexOf(w) === 0 ? 0.5 : 0);
+        var f = term === w ? 1 : (w.length >= 3 && term.indexOf(w) === 0 && term.indexOf(" ") < 0 ? 0.5 : 0);
         if (!f) return;
         index.terms[term].forEach(function (p) { got[p[0]] = Math.max(got[p[0]] || 0, f * p[1]); });
       });
@@ -40,6 +42,11 @@
       scores = both;
     });
     if (!scores) return [];
+    for (var k = 0; k + 1 < words.length; k++) {  // a phrase bonus: the pair's own score where it occurs
+      (index.terms[words[k] + " " + words[k + 1]] || []).forEach(function (p) {
+        if (p[0] in scores) scores[p[0]] += p[1];
+      });
+    }
     var round = function (x) { return Math.round(x * 1e6) / 1e6; };
     return Object.keys(scores).map(Number).sort(function (a, b) {
       return round(scores[b]) - round(scores[a]) || a - b;
