@@ -23,6 +23,7 @@ from __future__ import annotations
 from .comm import record_comm
 from .comm_view import plot_comm
 from .dispatch import trace_dispatch
+from .exercises import Verdict, check, verdict
 from .gradtrace import GRAD_ACTIONS, GRAD_EVENT_KINDS, trace_grads
 from .graph import trace
 from .launch import DistributedJobError, init_distributed, report, torchrun
@@ -84,8 +85,10 @@ __all__: list[str] = [
     "TensorLayout",
     "VERSION_FACTS",
     "VersionFact",
+    "Verdict",
     "activation_bytes_per_layer",
     "backward_order",
+    "check",
     "compare_memory",
     "compare_pipelines",
     "estimate_memory",
@@ -109,6 +112,7 @@ __all__: list[str] = [
     "trace_grads",
     "trace_modules",
     "track_memory",
+    "verdict",
     "version_fact",
     "written_for",
 ]

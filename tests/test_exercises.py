@@ -1,0 +1,80 @@
+"""autogradviz.exercises: a check cell prints the verdict, never the expected value."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import autogradviz as agv
+
+# Expected values a message must never quote (chosen so that no wrong answer below contains them).
+SECRET_NUMBER = 4.0
+SECRET_TEXT = "int_slice"
+SECRET_OPS = ["aten::mm", "aten::t", "aten::sum"]
+
+
+def _printed(capsys, *args, **kwargs) -> str:
+    agv.check(*args, **kwargs)
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected", "kwargs"),
+    [(SECRET_NUMBER, SECRET_NUMBER, {}),
+     (4.0000001, SECRET_NUMBER, {}),
+     (torch.tensor(4.0), SECRET_NUMBER, {}),
+     (SECRET_TEXT, SECRET_TEXT, {}),
+     (list(SECRET_OPS), SECRET_OPS, {}),
+     (list(reversed(SECRET_OPS)), SECRET_OPS, {"ordered": False}),
+     ({"a": 1, "b": [2, 3]}, {"a": 1, "b": [2, 3]}, {}),
+     (torch.arange(6.0).view(2, 3), torch.arange(6.0).view(2, 3), {}),
+     (True, True, {})],  # fmt: skip
+)
+def test_a_right_answer_prints_only_correct(capsys, answer, expected, kwargs) -> None:
+    assert _printed(capsys, answer, expected, name="my_answer", hint="never shown", **kwargs) == "correct!\n"
+    assert agv.verdict(answer, expected, **kwargs).ok
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected", "kwargs", "says"),
+    [(None, SECRET_NUMBER, {}, "`my_answer` is still None: replace it with your answer"),
+     (..., SECRET_NUMBER, {}, "is still Ellipsis"),
+     (5.0, SECRET_NUMBER, {}, "`my_answer` = 5.0 is too high"),
+     (3, SECRET_NUMBER, {}, "`my_answer` = 3 is too low"),
+     ("4", SECRET_NUMBER, {}, "`my_answer` is a str; the exercise asks for a number"),
+     (1, True, {}, "asks for True or False"),
+     ("half", SECRET_TEXT, {}, "`my_answer` = 'half' is not it"),
+     (["aten::mm"], SECRET_OPS, {}, "has 1 items: too few"),
+     (["aten::mm", "aten::t", "aten::add"], SECRET_OPS, {}, "item(s) at position 2 are wrong"),
+     (["aten::mm", "aten::add"], SECRET_OPS, {"ordered": False}, "not expected: 'aten::add'; 2 item(s) missing"),
+     ({"a": 1, "z": 0}, {"a": 2, "b": 3}, {}, "keys not asked for: 'z'; 1 key(s) missing; wrong values for 'a'"),
+     (torch.zeros(3), torch.zeros(2, 3), {}, "has shape (3,), which is not the shape asked for"),
+     (torch.zeros(2, dtype=torch.int64), torch.zeros(2), {}, "has dtype torch.int64, which is not the dtype asked for"),
+     (torch.tensor([0.0, 1.0, 2.0]), torch.zeros(3), {}, "2 of the 3 elements of `my_answer` are wrong"),
+     ([1, 2], torch.zeros(2), {}, "`my_answer` is a list; the exercise asks for a tensor")],  # fmt: skip
+)
+def test_a_wrong_answer_says_what_is_wrong_and_never_the_answer(capsys, answer, expected, kwargs, says) -> None:
+    out = _printed(capsys, answer, expected, name="my_answer", hint="think about strides", **kwargs)
+    assert out.startswith("not yet: ") and says in out, out
+    assert out.rstrip().endswith("Hint: think about strides")
+    assert "correct" not in out
+    for secret in ("4.0", SECRET_TEXT, "aten::sum", "aten::t'", "'b'"):
+        assert secret not in out, f"the message gives away {secret!r}: {out}"
+    v = agv.verdict(answer, expected, name="my_answer", **kwargs)
+    assert not v and not v.ok and str(v) == v.message and "Hint" not in v.message
+
+
+def test_check_returns_none_so_a_cell_shows_only_the_verdict(capsys) -> None:
+    assert agv.check(1, 1) is None
+    assert capsys.readouterr().out == "correct!\n"
+
+
+@pytest.mark.parametrize(("kwargs", "error"), [({"name": ""}, TypeError), ({"rtol": -1.0}, ValueError)])
+def test_bad_arguments_are_refused_with_what_to_pass(kwargs, error) -> None:
+    with pytest.raises(error, match="name must be|must be >= 0"):
+        agv.verdict(1, 1, **kwargs)
+
+
+def test_tolerances_apply_to_numbers_and_tensors() -> None:
+    assert agv.verdict(1.05, 1.0, rtol=0.1)
+    assert not agv.verdict(1.05, 1.0)
+    assert agv.verdict(torch.tensor([1.0, 2.0]) + 1e-3, torch.tensor([1.0, 2.0]), atol=1e-2)
