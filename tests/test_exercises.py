@@ -78,3 +78,25 @@ def test_tolerances_apply_to_numbers_and_tensors() -> None:
     assert agv.verdict(1.05, 1.0, rtol=0.1)
     assert not agv.verdict(1.05, 1.0)
     assert agv.verdict(torch.tensor([1.0, 2.0]) + 1e-3, torch.tensor([1.0, 2.0]), atol=1e-2)
+
+
+def test_the_contract_chapters_check_cell_judges_the_readers_cell(capsys) -> None:
+    """The fixture's exercise run as a reader would: the stub is reported wrong without the
+    answer; with the solution, the check prints exactly its stored output."""
+    from fixtures.contract_chapter import CHECK_SOURCE, contract_chapter
+
+    nb = contract_chapter()
+    stub, solution, check = (next(c for c in nb.cells if tag in c.metadata.get("tags", []))
+                             for tag in ("exercise", "solution", "check"))  # fmt: skip
+    assert check.source == CHECK_SOURCE
+    scope: dict[str, object] = {"agv": agv}
+    exec(stub.source, scope)  # noqa: S102 - the fixture's own cells
+    exec(check.source, scope)  # noqa: S102
+    out = capsys.readouterr().out
+    assert out.startswith("not yet: `my_prediction` is still None") and "4" not in out
+    scope["my_prediction"] = 5.0  # a wrong guess
+    exec(check.source, scope)  # noqa: S102
+    assert capsys.readouterr().out == "not yet: `my_prediction` = 5.0 is too high. Hint: add up the two doubled ones\n"
+    exec(solution.source, scope)  # noqa: S102
+    exec(check.source, scope)  # noqa: S102
+    assert capsys.readouterr().out == check.outputs[0]["text"] == "correct!\n"
