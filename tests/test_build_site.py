@@ -103,10 +103,13 @@ def test_build_links_every_question_to_an_existing_anchor(site_root: Path) -> No
     site = index.parent
     questions_html = (site / "book" / "questions.html").read_text()
     chapter_html = (site / "notebooks" / "01_test.html").read_text()
-    ids = set(re.findall(r'id="([^"]+)"', chapter_html))
-    links = re.findall(r'href="\.\./notebooks/01_test\.html#([^"]+)"', questions_html)
+    links = re.findall(r'href="\.\./notebooks/(q\d+)\.html"', questions_html)
     n_ch1 = sum(q.chapter == 1 for q in QUESTIONS)
-    assert len(links) == n_ch1 and set(links) <= ids
+    assert links == [f"q{n}" for n in CH1]  # each question links to its own page
+    for n in CH1:
+        page = (site / "notebooks" / f"q{n}.html").read_text()
+        assert re.search(rf"<title>Q{n}\. ", page) and f'id="q{n}"' in page
+        assert f'href="q{n}.html"' in chapter_html  # the chapter page lists its questions
     assert questions_html.count("coming") == len(QUESTIONS) - n_ch1 + 1  # + the sentence explaining it
     # MathJax is the site's own copy, and nothing loads from another host.
     assert (site / "_static" / "mathjax" / "tex-chtml.js").is_file()
@@ -156,7 +159,7 @@ def test_revision_sheet_gathers_short_answers_and_summary(tmp_path: Path) -> Non
     summary.source = summary.source.replace("- **Q2.** ", "- **Q2.** Unlike [Q1](#q1), ")
     nbformat.write(nb, path)
     md = bs.render_revision_sheet(QUESTIONS, {1: path}, tmp_path)
-    assert "Unlike [Q1](../notebooks/01_test.ipynb#q1), " in md and "](#" not in md
+    assert "Unlike [Q1](../notebooks/q1.ipynb), " in md and "](#" not in md
     assert bs.render_revision_sheet(QUESTIONS, {}, tmp_path).count("No chapter is written yet") == 1
 
 
@@ -166,18 +169,123 @@ def test_contract_chapter_site(site_root: Path) -> None:
     nbformat.write(contract_chapter(CH1), site_root / "notebooks" / "01_test.ipynb")
     site = bs.build(site_root).parent
     chapter = (site / "notebooks" / "01_test.html").read_text()
+    pages = {n: (site / "notebooks" / f"q{n}.html").read_text() for n in CH1}
     revision = (site / "book" / "revision.html").read_text()
     index = (site / "book" / "questions.html").read_text()
     for n in CH1:
-        assert f'id="q{n}"' in chapter and f'<li id="q{n}"' in index
+        assert f'id="q{n}"' in pages[n] and f'<li id="q{n}"' in index
         assert f"Q{n}. " in revision
-    # "[Qn](#qn)" in the chapter resolves to the question's section (no warning, a real link).
-    assert re.search(r'href="#q3-[^"]+"', chapter)
+        # The page is the question's section alone: its heading is the page title.
+        assert re.search(rf"<h1>Q{n}\. ", pages[n]) and "Check yourself" not in pages[n]
+        assert "The short answer" in pages[n] and "Common wrong answer" in pages[n]
+    # "[Qn](#qn)" in a question's text goes to that question's page.
+    assert 'href="q3.html"' in pages[3]
+    # Previous/next run in question order: chapter page, Q1, Q2, ...
+    assert re.search(r'<link rel="next" title="[^"]*" href="q1.html"', chapter)
+    assert re.search(r'<link rel="prev" title="[^"]*" href="q1.html"', pages[2])
+    assert re.search(r'<link rel="next" title="[^"]*" href="q3.html"', pages[2])
     assert "page-break-before" in (site / "_static" / "book.css").read_text()
-    assert 'alt="the curve of question 1, rising."' in chapter and 'class="figure-caption"' in chapter
+    assert 'alt="the curve of question 1, rising."' in pages[1] and 'class="figure-caption"' in pages[1]
     assert "_static/book.css" in chapter and "_static/book.js" in chapter and "favicon.svg" in chapter
-    # The download button's notebook link works offline: the file is in the site.
-    link = re.search(r'href="(\.\./_sources/notebooks/01_test\.ipynb)"', chapter)
-    assert link and (site / "notebooks" / link.group(1)).resolve().is_file()
+    # The chapter page keeps the set-up, the exercises, the quiz and the Summary.
+    assert "Check yourself" in chapter and "Recall quiz" in chapter and "Summary" in chapter
+    # A check cell's output is collapsed.
+    check = chapter[chapter.index("tag_check"):]
+    assert re.match(r'tag_check[^"]*tag_hide-output', check)
+    assert check.index('<details class="hide below-input">') < check.index("correct!") < check.index("</details>")
+    # Every page's download button gives the whole chapter notebook, offline.
+    for html, name in [(chapter, "01_test"), (pages[2], "q2")]:
+        link = re.search(rf'href="(\.\./_sources/notebooks/{name}\.ipynb)"', html)
+        assert link and (site / "notebooks" / link.group(1)).read_bytes() == (site_root / "notebooks" / "01_test.ipynb").read_bytes()
     assert 'href="revision.html"' in (site / "book" / "intro.html").read_text()
-    assert SEARCH_WORD in chapter
+    assert SEARCH_WORD in pages[3]
+    # The search page ranks with the book's index, not Sphinx's.
+    search_html = (site / "search.html").read_text()
+    assert "_static/book-search.js" in search_html and "searchindex.js" not in search_html
+    assert (site / "_static" / "book-search.js").read_text().startswith("window.BOOK_SEARCH = ")
+    assert bs.broken_links(site) == []
+    # The drill: a card per question, its short answer and follow-ups in their own boxes.
+    drill = (site / "book" / "drill.html").read_text()
+    assert drill.count('class="drill-card') == len(CH1) and drill.count("drill-followup") == len(CH1)
+
+
+def test_broken_links_finds_missing_pages_and_anchors(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.html").write_text(
+        '<p id="top"></p><a href="#top">ok</a><a href="sub/b.html#there">ok</a><a href="https://x.org/y">other host</a>'
+        '<a href="#gone">no anchor</a><a href="sub/c.html">no page</a><a href="sub/b.html#nowhere">no anchor there</a>'
+    )
+    (tmp_path / "sub" / "b.html").write_text('<h2 id="there">x</h2><a href="../a.html?x=1#top">ok</a>')
+    assert bs.broken_links(tmp_path) == [
+        "a.html: #gone (no such anchor)", "a.html: sub/c.html (no such page)", "a.html: sub/b.html#nowhere (no such anchor)",
+    ]
+
+
+def test_split_inline_math_is_joined() -> None:
+    """Q30's formula broke over a line starting "+ ": a list item cut it in two on the sheet."""
+    md = "loss:\n$L = \\alpha\\,T^2\n+ (1-\\alpha)\\,\\mathrm{CE}$ (Hinton).\n\n- a list\n- stays"
+    assert bs.join_split_math(md) == "loss:\n$L = \\alpha\\,T^2 + (1-\\alpha)\\,\\mathrm{CE}$ (Hinton).\n\n- a list\n- stays"
+    fenced = "```\ncost = $5\n+ 1\n```"
+    assert bs.join_split_math(fenced) == fenced  # code is left alone
+    assert bs.join_split_math("`$` alone\n+ item") == "`$` alone\n+ item"  # a dollar in code is not math
+
+
+def test_site_links_point_questions_at_their_pages() -> None:
+    md = "See [Q3](#q3), [Q42](../book/questions.md#q42) and [the index](questions.md)."
+    assert bs.site_links(md, "../") == (
+        "See [Q3](../notebooks/q3.ipynb), [Q42](../notebooks/q42.ipynb) and [the index](questions.md)."
+    )
+
+
+def test_the_question_index_has_no_coming_text_once_every_chapter_is_written() -> None:
+    chapters = bs.find_chapters(REPO / "notebooks", 10)
+    if len(chapters) < 10:
+        pytest.skip("not every chapter is written yet")
+    md = bs.render_question_index(QUESTIONS, chapters, REPO)
+    assert "coming" not in md and md.count("](../notebooks/q") == 50
+
+
+def test_alt_text_has_no_tex() -> None:
+    sys.path.insert(0, str(REPO / "book" / "_ext"))
+    from offline_site import tex_to_text
+
+    assert tex_to_text(r"6\times10^{-8}") == "6×10^-8"
+    assert tex_to_text(r"\mathrm{KL}(p \,\|\, q) \le \frac{1}{T^2}") == "KL(p ‖ q) ≤ (1)/(T^2)"
+
+
+def test_search_finds_the_question_that_explains_each_term() -> None:
+    """The list of terms in scripts/check_site.py, ranked by build_site.search (the ranking
+    book.js repeats) over the real chapters: the first result is the explaining question."""
+    import check_site
+
+    chapters = bs.find_chapters(REPO / "notebooks", 10)
+    needed = {q.chapter for q in QUESTIONS if q.number in set(check_site.SEARCH_TERMS.values())}
+    if not needed <= set(chapters):
+        pytest.skip("a chapter the search list needs is not written yet")
+    book = {f"book/{n}.html": (REPO / "book" / f"{n}.md").read_text() for n in ("intro", "questions", "revision")}
+    index = bs.search_index(bs.book_search_pages(QUESTIONS, chapters, book))
+    assert len(check_site.SEARCH_TERMS) >= 20
+    wrong = {}
+    for term, n in check_site.SEARCH_TERMS.items():
+        found = bs.search(index, term)
+        if not found or found[0] != f"notebooks/q{n}.html":
+            wrong[term] = (n, found[:3])
+    assert wrong == {}
+    assert bs.search(index, "qzxjvwkplorbtemu") == []
+    # The set-up cells are not indexed: every chapter's calls agv.written_for(...).
+    assert "written_for" not in index["terms"]
+    # Nor are import lines.
+    nb_cells = [nbformat.v4.new_code_cell("import heapq\nfrom torch import nn\nx = heapq.heappop(q)")]
+    assert bs._code_text(nb_cells) == "x = heapq.heappop(q)"
+
+
+def test_search_ranks_heading_above_short_answer_above_prose_above_code() -> None:
+    fields = lambda w, title="T": {bs.W_TITLE: title, bs.W_SHORT: "", bs.W_PROSE: "", bs.W_CODE: "", **{w: "zork"}}  # noqa: E731
+    pages = [(f"p{i}.html", "T", "", fields(w)) for i, w in enumerate((bs.W_CODE, bs.W_PROSE, bs.W_SHORT, bs.W_TITLE))]
+    index = bs.search_index(pages)
+    assert bs.search(index, "zork") == ["p3.html", "p2.html", "p1.html", "p0.html"]
+    # A phrase outranks the same two words apart; every word must occur; plurals fold.
+    index = bs.search_index([("apart.html", "", "", {1.0: "version of the counter"}),
+                             ("phrase.html", "", "", {1.0: "the version counter"}),
+                             ("one.html", "", "", {1.0: "version"})])  # fmt: skip
+    assert bs.search(index, "version counters") == ["phrase.html", "apart.html"]

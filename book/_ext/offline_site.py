@@ -96,7 +96,7 @@ class QuestionAnchors(SphinxTransform):
 _TEX_SYMBOLS = {
     r"\times": "×", r"\cdot": "·", r"\le": "≤", r"\ge": "≥", r"\approx": "≈", r"\to": "→",
     r"\alpha": "α", r"\beta": "β", r"\gamma": "γ", r"\epsilon": "ε", r"\varepsilon": "ε",
-    r"\mu": "μ", r"\sigma": "σ", r"\partial": "∂", r"\sum": "Σ", r"\infty": "∞",
+    r"\|": "‖", r"\mu": "μ", r"\sigma": "σ", r"\partial": "∂", r"\sum": "Σ", r"\infty": "∞",
 }
 
 
