@@ -354,7 +354,6 @@ def _fold_loop(graph: Graph) -> Graph:
     )
 
 
-
 def _loop_edges(graph: Graph, chain_of: dict[int, int]) -> list[tuple[int, int]]:
     return [(s, d) for s, d in graph.edges if s in chain_of and d in chain_of]
 
