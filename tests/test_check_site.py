@@ -105,7 +105,7 @@ def test_chapter_standard_breaks_are_caught(site: Path, tmp_path: Path) -> None:
     chapter = broken / "notebooks" / "01_test.html"
     html = re.sub(r"<details>.*?</details>", "", chapter.read_text(), flags=re.S)
     html = html.replace('<details class="admonition hide above-input">', '<details class="admonition hide above-input" open>')
-    html = html.replace('<details class="hide below-input">', '<details class="hide below-input" open>')
+    html = html.replace('<details class="admonition hide below-input">', '<details class="admonition hide below-input" open>')
     # The theme's sidebar toggles bound to nothing (what a missing navbar_persistent: [] gives).
     chapter.write_text(html.replace("primary-toggle", "primary-toggle-unbound"))
     # The search index points the Q3 word at Q1's page.
