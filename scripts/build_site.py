@@ -3,15 +3,20 @@
     .venv/bin/python scripts/build_site.py          (make site)
 
 Steps: read the canonical question list (book/questions.yml), find the chapter notebooks
-(notebooks/<NN>_<slug>.ipynb) and parse each once (scripts/notebook_parts.py), write the
-question index book/questions.md linking each question to its "Q<n>. ..." section (or marking
-it "coming" while its chapter is not written) and the revision sheet book/revision.md (every
-short answer and Summary line, one printed page per chapter) and the page "What changed between
-torch versions" (book/torch-versions.md on the site, docs/torch-versions.md in the repository,
-both from autogradviz's VERSION_FACTS), then run Jupyter Book 1.x from
-the repository root with every Sphinx warning an error.
-Finally scan the HTML for anything that would load from another host. Prints the index
-page path. Exits non-zero, with the reason, on any problem.
+(notebooks/<NN>_<slug>.ipynb) and parse each once (scripts/notebook_parts.py); write the
+question index book/questions.md (each question linked to its own page, or marked "coming"
+while its chapter is not written), the revision sheet book/revision.md (every short answer and
+Summary line, one printed page per chapter), the drill book/drill.md (a card per question from
+the same parts) and the page "What changed between torch versions" (book/torch-versions.md on
+the site, docs/torch-versions.md in the repository, both from autogradviz's VERSION_FACTS).
+Then write the Sphinx source tree _build/src: book/ copied, and per chapter notebook a chapter
+page and a page per question (the notebook split at its "## Q<n>." headings, stored outputs
+kept, question links pointed at the question pages), with book/_toc.yml's chapter glob
+replaced by those pages. Run Jupyter Book 1.x on it with every Sphinx warning an error, give
+every page's download button the whole chapter notebook, point the search page at the book's
+own ranked index (_static/book-search.js), and fail on anything that would load from another
+host or any link to a missing page or anchor. Prints the index page path. Exits non-zero, with
+the reason, on any problem.
 """
 from __future__ import annotations
 
