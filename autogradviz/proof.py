@@ -11,6 +11,7 @@ when the reader runs a different one, so differing outputs are not a surprise.
 from __future__ import annotations
 
 import re
+import textwrap
 import warnings
 from typing import Callable, Pattern, Union
 
@@ -18,7 +19,7 @@ import torch
 
 from .versions import DRIFT_PAGE
 
-__all__ = ["SHOWN_WIDTH", "show_error", "written_for"]
+__all__ = ["SHOWN_LINES", "SHOWN_WIDTH", "show_error", "written_for"]
 
 Match = Union[str, Pattern[str]]
 
@@ -36,35 +37,86 @@ def _first_line(exc: BaseException) -> str:
     return ""
 
 
-def _first_sentence(text: str) -> str:
-    """The text up to the end of its first sentence: a full stop, question or
-    exclamation mark followed by a space. Dots inside names (``torch.fx``) and numbers
-    (``0.5``) are not followed by a space, so they do not end the sentence."""
-    found = re.search(r"[.!?](?=\s)", text)
-    return text[: found.end()] if found else text
+#: The most lines ``show_error`` prints for one error.
+SHOWN_LINES = 2
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 
 
-def _shown(exc: BaseException) -> str:
-    """The one line ``show_error`` prints: ``ExcType: first sentence``, cut with an
-    ellipsis to :data:`SHOWN_WIDTH` columns so a long torch message does not make the
-    page scroll. The check itself always runs on the full message."""
-    line = f"{type(exc).__name__}: {_first_sentence(_first_line(exc))}"
-    if len(line) > SHOWN_WIDTH:
-        line = line[: SHOWN_WIDTH - 1].rstrip() + "\u2026"
-    return line
+def _sentence_end(text: str, at: int) -> int:
+    """The end of the sentence holding position ``at``: the next full stop, question or
+    exclamation mark followed by a space or the end. Dots inside names (``torch.fx``)
+    and numbers (``0.5``) are not followed by a space, so they end nothing."""
+    found = _SENTENCE_END.search(text, at)
+    return found.end() if found else len(text)
+
+
+def _match_span(text: str, match: Match) -> tuple[int, int]:
+    if isinstance(match, re.Pattern):
+        found = match.search(text)
+        return found.span() if found else (0, 0)
+    wanted = " ".join(match.split())
+    at = text.find(wanted)
+    return (at, at + len(wanted)) if at >= 0 else (0, 0)
+
+
+def _window(text: str, begin: int, end: int, width: int) -> str:
+    """``text`` cut at word boundaries to about ``width`` columns around
+    ``text[begin:end]``, which stays whole, with an ellipsis where words were left out."""
+    if len(text) <= width:
+        return text
+    room = width - 2  # an ellipsis at each end at most
+    lo = 0
+    if end > room:  # start later, at a word boundary no later than the asserted part
+        lo = max(0, min(begin, end - room))
+        space = text.find(" ", lo)
+        lo = space + 1 if 0 <= space < begin else lo
+    hi = max(end, min(len(text), lo + room))
+    if hi < len(text):
+        space = text.rfind(" ", end, hi + 1)
+        hi = space if space > end else hi
+    return ("\u2026" if lo else "") + text[lo:hi].strip() + ("\u2026" if hi < len(text) else "")
+
+
+def _shown(exc: BaseException, match: Match) -> str:
+    """What ``show_error`` prints: ``ExcType: message`` from the start of the message
+    through the end of the sentence holding the asserted part (at least the first
+    sentence), on one line or wrapped onto two of :data:`SHOWN_WIDTH` columns. Longer,
+    the first line shows how the message starts and the second the asserted part in its
+    sentence, each shortened with an ellipsis: the asserted part itself is never cut."""
+    text = " ".join(str(exc).split())  # torch's own line breaks would break the page
+    begin, end = _match_span(text, match)
+    head, indent = f"{type(exc).__name__}: ", "    "
+    cut = max(_sentence_end(text, 0), _sentence_end(text, max(end - 1, 0)))
+    lines = textwrap.wrap(head + text[:cut], SHOWN_WIDTH, subsequent_indent=indent,
+                          break_long_words=False, break_on_hyphens=False)
+    if len(lines) <= SHOWN_LINES:
+        return "\n".join(lines)
+    line1 = head + _window(text[:cut], 0, 0, SHOWN_WIDTH - len(head))
+    shown = len(line1) - len(head) - 1  # characters of the message on line 1
+    if end <= shown:
+        return line1
+    starts = [m.end() for m in re.finditer(r"[.!?]\s+", text[:begin])]
+    # Line 2 starts after line 1's words, or at the asserted part's first word when
+    # line 1 ends inside it (a word or two are then shown twice, the match whole).
+    resume = shown if shown <= begin else text.rfind(" ", 0, begin) + 1
+    at = max(starts[-1] if starts else 0, resume)
+    rest = _window(text[at:cut], begin - at, end - at, SHOWN_WIDTH - len(indent) - 1)
+    return line1 + "\n" + indent + ("" if rest.startswith("\u2026") else "\u2026") + rest
 
 
 def show_error(
     fn: Callable[[], object], exc_type: type[BaseException], match: Match
 ) -> BaseException:
     """Call ``fn``, check that it raises ``exc_type`` with ``match`` in its message,
-    print one line, ``ExcType: first sentence of the message``, and return the exception.
+    print the message and return the exception.
 
     ``match`` is a plain substring (``str``) or a compiled regular expression, searched
-    anywhere in the *full* message, so a chapter can assert on a hint that is not
-    printed. The check makes the notebook fail when torch stops raising, raises
-    something else or changes what the error says. The printed line is cut to
-    ``SHOWN_WIDTH`` (88) columns, ending in an ellipsis when cut.
+    in the message. The check makes the notebook fail when torch stops raising, raises
+    something else or changes what the error says. What is printed is
+    ``ExcType: message`` from its start through the end of the sentence that holds
+    ``match`` (so the reader sees what the cell asserts), on one or two lines of at most
+    ``SHOWN_WIDTH`` (88) columns; longer, the first sentence and the asserted one, each
+    on its line and shortened with an ellipsis, never inside the asserted part.
     """
     if not callable(fn):
         raise TypeError(
@@ -100,7 +152,7 @@ def show_error(
             f"{type(caught).__name__} was raised, but its message does not contain "
             f"{shown!r}; the message was: {_first_line(caught)!r}"
         )
-    print(_shown(caught))
+    print(_shown(caught, match))
     return caught
 
 

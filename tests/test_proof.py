@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from autogradviz.proof import SHOWN_WIDTH, show_error, written_for
+from autogradviz.proof import SHOWN_LINES, SHOWN_WIDTH, show_error, written_for
 
 
 def _backward_twice() -> None:
@@ -34,18 +34,27 @@ def _raised(fn) -> BaseException:
     return info.value
 
 
-def test_show_error_returns_the_real_torch_error_and_prints_one_line(capsys) -> None:
+def _inplace_on_saved_output() -> None:
+    w = torch.tensor([-1.0, 2.0, -3.0], requires_grad=True)
+    y = torch.relu(w * 1.0)
+    y += 1  # relu saved its output
+    y.sum().backward()
+
+
+def _joined(out: str) -> str:
+    return " ".join(line.strip() for line in out.splitlines())
+
+
+def test_show_error_returns_the_real_torch_error(capsys) -> None:
     exc = show_error(_backward_twice, RuntimeError, "second time")
     assert isinstance(exc, RuntimeError)
-    fresh = _raised(_backward_twice)
-    assert str(exc) == str(fresh)
+    assert str(exc) == str(_raised(_backward_twice))
     out = capsys.readouterr().out
-    assert out.count("\n") == 1 and out.startswith("RuntimeError: ")
+    assert out.startswith("RuntimeError: ") and 1 <= out.count("\n") <= SHOWN_LINES
 
 
-def test_show_error_prints_only_the_first_sentence(capsys) -> None:
-    # torch's message has several sentences; only the first one is printed, whole,
-    # because with its type name it fits in SHOWN_WIDTH columns.
+def test_show_error_prints_the_first_sentence_when_it_holds_the_match(capsys) -> None:
+    # torch's message has several sentences; the first holds the match and fits on a line.
     fresh = str(_raised(_inference_tensor_saved))
     first, rest = fresh.split(". ", 1)
     assert rest  # the oracle really has a second sentence
@@ -53,20 +62,48 @@ def test_show_error_prints_only_the_first_sentence(capsys) -> None:
     assert capsys.readouterr().out == f"RuntimeError: {first}.\n"
 
 
-def test_show_error_cuts_a_long_first_sentence_with_an_ellipsis(capsys) -> None:
+def test_show_error_wraps_a_long_first_sentence_onto_two_lines(capsys) -> None:
     fresh = str(_raised(_backward_twice))
+    first = fresh.split(". ")[0] + "."
+    assert len(f"RuntimeError: {first}") > SHOWN_WIDTH  # a long oracle
     show_error(_backward_twice, RuntimeError, "second time")
-    line = capsys.readouterr().out.rstrip("\n")
-    assert len(f"RuntimeError: {fresh.split('. ')[0]}.") > SHOWN_WIDTH  # long oracle
-    assert len(line) == SHOWN_WIDTH and line.endswith("\u2026")
-    assert f"RuntimeError: {fresh}".startswith(line[:-1])
+    out = capsys.readouterr().out
+    assert out.count("\n") == 2 and all(len(line) <= SHOWN_WIDTH for line in out.splitlines())
+    assert _joined(out) == f"RuntimeError: {' '.join(first.split())}"
 
 
-def test_show_error_matches_text_that_is_not_printed(capsys) -> None:
-    # The hint in the third sentence is checked, though only the first is printed.
-    show_error(_backward_twice, RuntimeError, "Specify retain_graph=True")
-    assert "retain_graph" not in capsys.readouterr().out
-    assert "retain_graph" in str(_raised(_backward_twice))
+@pytest.mark.parametrize(
+    ("fn", "match"),
+    [
+        (_backward_twice, "Specify retain_graph=True"),  # in the third sentence
+        (_backward_twice, "access saved tensors after calling backward"),  # its last words
+        (_inplace_on_saved_output, "is at version 1; expected version 0"),
+        (_inplace_on_saved_output, "modified by an inplace operation"),
+        (_inplace_on_saved_output, re.compile(r"output \d+ of \w+")),
+    ],
+)
+def test_show_error_shows_the_asserted_part_whole_on_two_lines(capsys, fn, match) -> None:
+    show_error(fn, RuntimeError, match)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    fresh = " ".join(str(_raised(fn)).split())
+    wanted = match.search(fresh).group(0) if isinstance(match, re.Pattern) else match
+    assert wanted in _joined(out).replace("\u2026", " ") or wanted in out
+    assert len(lines) <= SHOWN_LINES and all(len(line) <= SHOWN_WIDTH for line in lines)
+    assert lines[0].startswith("RuntimeError: " + fresh[:20])  # how torch's message starts
+
+
+def test_show_error_never_cuts_inside_the_match(capsys) -> None:
+    # Every run of 1-6 words of torch's message, asserted in turn, is printed whole.
+    fresh = " ".join(str(_raised(_inplace_on_saved_output)).split())
+    words = fresh.split(" ")
+    for n in (1, 3, 6):
+        for i in range(0, len(words) - n, 3):
+            wanted = " ".join(words[i:i + n])
+            show_error(_inplace_on_saved_output, RuntimeError, wanted)
+            out = capsys.readouterr().out
+            assert any(wanted in line for line in out.splitlines()) or wanted in _joined(out), (wanted, out)
+            assert all(len(line) <= SHOWN_WIDTH for line in out.splitlines()), out
 
 
 def test_show_error_keeps_a_message_without_a_sentence_end(capsys) -> None:
