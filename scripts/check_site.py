@@ -276,7 +276,7 @@ def _check_chapter_layout(page, name: str, questions: list[int], report: SiteRep
             "(the build collapses a 'check' cell's output)"
         )
     return (
-        f"{len(r['listed'])} questions listed, {r['quiz']} quiz answers, {r['collapsed']}/{r['solutions']} "
+        f"{len(questions) - len(missing)}/{len(questions)} questions listed, {r['quiz']} quiz answers, {r['collapsed']}/{r['solutions']} "
         f"solutions hidden, {r['checksHidden']}/{r['checks']} check outputs collapsed"
     )
 
@@ -391,11 +391,19 @@ def _check_question_index(page, base: str, report: SiteReport) -> set[int]:
             report.problems.append(f"questions: Q{q.number} links to #{anchor}, which {target} does not have")
         linked += 1
         written.add(q.number)
-    # "questions.html#q<n>", the short address, reaches the item that links to the page.
+    # "questions.html#q<n>", the short address, reaches the item that links to the page, and
+    # book.js goes on to the page itself.
     ids = _page_ids(page, url)
     lost = [q.number for q in questions if f"q{q.number}" not in ids]
     if lost:
         report.problems.append(f"questions: no #q<n> anchor for {['Q%d' % n for n in lost]}")
+    if written:
+        first = min(written)
+        page.goto(f"{url}#q{first}", wait_until="load")
+        try:
+            page.wait_for_url(re.compile(rf".*/notebooks/q{first}\.html$"), timeout=5_000)
+        except Exception:  # noqa: BLE001 - Playwright's timeout type varies by version; the report says what failed
+            report.problems.append(f"questions: questions.html#q{first} stays on the index instead of opening Q{first}'s page")
     report.pages["book/questions.html"] = f"{len(items)} questions, {linked} linked, {coming} coming"
     return written
 

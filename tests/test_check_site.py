@@ -53,7 +53,7 @@ def test_good_site_passes(site: Path, tmp_path: Path) -> None:
                                  "book/revision.html", "book/torch-versions.html", "search.html"} | questions  # fmt: skip
     assert "4 linked, 46 coming" in report.pages["book/questions.html"]
     assert "4 questions of 4 written" in report.pages["book/revision.html"]
-    assert "4 questions listed" in report.pages["notebooks/01_test.html"]
+    assert "4/4 questions listed" in report.pages["notebooks/01_test.html"]
     assert "1/1 check outputs collapsed" in report.pages["notebooks/01_test.html"]
     assert "4 cards; reveal, follow-up, mark, reload: ok" in report.pages["book/drill.html"]
     assert f"'{SEARCH_WORD}' (Q3) -> notebooks/q3.html" in report.pages["search.html"]

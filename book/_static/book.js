@@ -187,5 +187,14 @@
     start();
   }
 
-  document.addEventListener("DOMContentLoaded", function () { figures(); bookSearch(); drill(); });
+  // The question index's short addresses ("questions.html#q13", from before each question had
+  // its own page) go on to the question's page.
+  function questionAddress() {
+    var m = /^#q(\d+)$/.exec(window.location.hash);
+    if (!m || !/\/questions\.html$/.test(window.location.pathname)) return;
+    var item = document.getElementById("q" + m[1]), link = item && item.querySelector("a[href]");
+    if (link) window.location.replace(link.href);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { questionAddress(); figures(); bookSearch(); drill(); });
 })();
