@@ -60,7 +60,8 @@ def roll_up(graph: Graph, *, expand: Iterable[str] = ()) -> Graph:
     module path `LOOP`); the edges from a step into the one before it (the carried
     state) are listed in ``carried`` and drawn dashed. Nodes that differ in some
     steps (the first step of a decoder whose initial state needs no grad) stay
-    outside the cluster. Pass ``expand=["(loop)"]`` to leave loops unrolled.
+    outside the cluster. Loops of two steps stay unrolled. Pass ``expand=["(loop)"]``
+    to leave loops unrolled.
     """
     if isinstance(expand, str):
         raise TypeError(f"expand takes a list of module paths, got the string {expand!r}; "
@@ -153,6 +154,8 @@ def _roll_blocks(graph: Graph, expand: tuple[str, ...]) -> Graph:
 
 # How far (Nodes) the search for the next step's copy of a Node may go.
 _SEARCH = 5000
+# More neighbours than a Node inside one step has: a hub joining all steps.
+_HUB = 8
 
 
 class _Adjacency:
@@ -223,11 +226,10 @@ def _nearest_same(adj: _Adjacency, a: int, same: set[int], limit: int) -> list[i
     seen = {a}
     frontier = [a]
     found: list[int] = []
-    hub = 8  # more neighbours than a Node inside one step has
     while frontier and len(found) < 3 and len(seen) < _SEARCH:
         nxt = []
         for u in frontier:
-            if u != a and (u in adj.leaf or adj.degree(u) > hub):
+            if u != a and (u in adj.leaf or adj.degree(u) > _HUB):
                 continue
             for w in [*adj.out.get(u, ()), *(x for x, _ in adj.users.get(u, ()))]:
                 if w not in seen:
@@ -260,7 +262,9 @@ def _steps(adj: _Adjacency) -> tuple[dict[int, int], list[int]] | None:
             score = (len(chain), len(shift))
             if best is None or score > best[0]:
                 best = (score, shift, chain)
-    if best is None or len(best[2]) < 2:
+    # Two steps are left unrolled: the first step usually differs (its initial state
+    # needs no grad), so the carried state would connect no two folded Nodes.
+    if best is None or len(best[2]) < 3:
         return None
     return best[1], best[2]
 
@@ -298,7 +302,7 @@ def _fold_loop(graph: Graph) -> Graph:
         chains[first] = members
         for k, v in enumerate(members):
             chain_of[v], pos[v] = first, k
-    step = _by_creation(graph, chains, chain_of, len(anchor))
+    step = _by_creation(graph, adj, chains, chain_of, len(anchor))
     if step is None:
         step = _by_potential(graph, chains, chain_of, pos, anchor[0])
     anchor_steps = sorted(step[v] for v in anchor)
@@ -358,30 +362,65 @@ def _loop_edges(graph: Graph, chain_of: dict[int, int]) -> list[tuple[int, int]]
     return [(s, d) for s, d in graph.edges if s in chain_of and d in chain_of]
 
 
-def _by_creation(graph: Graph, chains: dict[int, list[int]], chain_of: dict[int, int],
-                 count: int) -> dict[int, int] | None:
+def _by_creation(graph: Graph, adj: _Adjacency, chains: dict[int, list[int]],
+                 chain_of: dict[int, int], count: int) -> dict[int, int] | None:
     """Step of each folded Node from autograd's creation order, or None without it.
 
-    Each chain that has a Node in every step gives candidate boundaries: a step runs
-    from one of its Nodes to the next. The boundary that the fewest edges cross is
-    where only the carried state passes (ties: the earliest Node of a step, where the
-    loop body starts).
+    Each chain with a Node in every step (or all but one: the first step often
+    differs) gives candidate boundaries: a step runs from one of its Nodes to the
+    next. Fewest edges crossing a boundary comes first: there only the carried state
+    passes. Boundaries that tie (an LSTM's hidden-state matmul can sit on either side
+    of the cut) go by where the loop began: the first Node created next to the loop.
     """
     seq = {v: graph.nodes[v].seq for v in chain_of}
     if any(k is None for k in seq.values()):
         return None
     edges = _loop_edges(graph, chain_of)
+    origin = _loop_start(graph, adj, chain_of, seq, chains)
     best: tuple[tuple[int, int], dict[int, int]] | None = None
     for members in chains.values():
-        if len(members) != count:
+        if len(members) < max(2, count - 1):
             continue
         bounds = sorted(seq[v] for v in members)
         step = {v: bisect.bisect_right(bounds, k) for v, k in seq.items()}
-        crossing = sum(1 for s, d in edges if step[s] != step[d])
-        key = (crossing, bounds[0])
+        # Edges across one boundary in the middle of the loop: the first and last
+        # steps may have fewer Nodes, so boundaries next to them would count fewer.
+        cut = len(bounds) // 2 + 1
+        crossing = sum(1 for s, d in edges if (step[s] >= cut) != (step[d] >= cut))
+        period = sorted(b - a for a, b in zip(bounds, bounds[1:]))[(len(bounds) - 1) // 2]
+        key = (crossing, (bounds[0] - origin) % max(period, 1))
         if best is None or key < best[0]:
             best = (key, step)
     return None if best is None else best[1]
+
+
+def _loop_start(graph: Graph, adj: _Adjacency, chain_of: dict[int, int],
+                seq: dict[int, int], chains: dict[int, list[int]]) -> int:
+    """Creation number of the loop's first Node, folded or not.
+
+    The first step often has Nodes of its own (its initial state needs no grad, so
+    its matmul has no input edge); they hang off the folded ones, so the walk goes
+    from folded Nodes through unfolded ones, but not through hubs or leaves, and
+    not further back than one step (the period) before the first folded Node.
+    """
+    first = min(seq.values())
+    longest = max(chains.values(), key=len)
+    gaps = sorted(seq[b] - seq[a] for a, b in zip(longest, longest[1:]))
+    period = abs(gaps[len(gaps) // 2]) if gaps else 0
+    start = first
+    seen = set(chain_of)
+    todo = list(chain_of)
+    while todo:
+        v = todo.pop()
+        for w in [*adj.out.get(v, ()), *(x for x, _ in adj.users.get(v, ()))]:
+            k = graph.nodes[w].seq
+            if (w in seen or w in adj.leaf or adj.degree(w) > _HUB or k is None
+                    or k < first - period):
+                continue
+            seen.add(w)
+            todo.append(w)
+            start = min(start, k)
+    return start
 
 
 def _by_potential(graph: Graph, chains: dict[int, list[int]], chain_of: dict[int, int],

@@ -194,3 +194,35 @@ def test_fanout_copies_keep_every_edge_and_shrink_the_layout():
         return max(sizes)
 
     assert positioned_nodes(dot) * 4 < positioned_nodes(plain)
+
+
+def _lstm_over_inputs(steps: int):
+    torch.manual_seed(0)
+    cell = nn.LSTMCell(3, 5)
+    h = c = torch.zeros(2, 5)
+    for x in torch.randn(steps, 2, 3):
+        h, c = cell(x, (h, c))
+    return av.trace(h.sum(), params=cell), h, c
+
+
+def test_lstm_carries_h_and_c_and_two_steps_stay_unrolled():
+    g, h, c = _lstm_over_inputs(5)
+    r = av.roll_up(g)
+    assert r.rolled[LOOP][1] == 5
+    assert {r.nodes[d].name for _, d in r.carried} == {function_name(h.grad_fn),
+                                                        function_name(c.grad_fn)}
+    two, _, _ = _lstm_over_inputs(2)
+    assert av.roll_up(two) is two
+
+
+def test_records_without_creation_order_still_fold():
+    """A Graph built by hand (no `seq`) folds the same steps; where a step starts is then
+    a convention, but every carried edge still joins two steps."""
+    import dataclasses
+
+    g, calls, _, _ = decoder("gru", 7)
+    plain = dataclasses.replace(g, nodes=[dataclasses.replace(n, seq=None) for n in g.nodes])
+    r = av.roll_up(plain)
+    assert r.rolled[LOOP][1] == calls
+    assert sorted(r.names()) == sorted(av.roll_up(g).names())
+    assert r.carried and all(e in r.edges for e in r.carried)
