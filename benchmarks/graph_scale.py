@@ -12,6 +12,9 @@ Cases (targets from the issue, measured on a 2-core CPU):
   chain10k   10,000-Node chain                                                            trace + DOT < 2 s
   live1k     live(every=1) while a 1,000-op chain runs: one frame per op                  < 2 s
 
+"gru50r"/"gru200r" are the same decoders drawn with svg(rollup=True): the steps folded into
+one, shown "loop step ×50" (no torchviz counterpart).
+
 "live1k" has no torchviz counterpart; its "capture" column is the whole block (1,000
 frames, none displayed) and "layout" is the SVG of the final frame.
 
@@ -264,10 +267,18 @@ def main() -> None:
     n, block, lay, read = live_chain()
     print(f"{'live1k':<9} {n:>6} {fmt(block):>15} {fmt(lay):>20} {'-':>19} {'-':>18} {'-':>7}  "
           f"< 2 s (1,000 frames; {read} Nodes read in all)")
+    for steps in (50, 200):
+        # The decoder's steps folded by roll-up (torchviz has no counterpart): one step drawn.
+        root, params = gru_case(steps)()
+        cap, g = timed(lambda: av.trace(root, params=params))
+        lay, svg = timed(lambda: g.svg(rollup=True, timeout=30.0))
+        boxes = svg.count('class="node"')
+        print(f"{f'gru{steps}r':<9} {g.num_functions:>6} {fmt(cap):>15} {fmt(lay):>20} {'-':>19} {'-':>18} "
+              f"{'-':>7}  svg(rollup=True): {boxes} boxes; \"loop step ×{steps}\" drawn: {f'loop step ×{steps}' in svg}")
     print("\nratio = torchviz (capture + layout) / ours (capture + layout); higher means we are faster.")
     print("Our SVG layouts use the automatic policy (hub leaves copied per consumer above the in-degree limit, "
-          "cheaper dot settings for big graphs; above 1,500 Nodes newrank and a network simplex capped at "
-          "0.05 iterations per node); torchviz draws every graph in full.")
+          "long edges of fan-out Nodes drawn from copies beside their targets, above 300 Nodes newrank and a "
+          "network simplex capped at 0.05 iterations per node); torchviz draws every graph in full.")
 
 
 if __name__ == "__main__":
