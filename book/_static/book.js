@@ -57,8 +57,7 @@
     if (!results || !window.BOOK_SEARCH) return;
     var index = window.BOOK_SEARCH;
     var query = new URLSearchParams(window.location.search).get("q") || "";
-    var input = document.querySelector("#search-documentation ~ form input[name=q], form.bd-search input[name=q]");
-    if (input) input.value = query;
+    document.querySelectorAll("article input[name=q]").forEach(function (input) { input.value = query; });
     results.innerHTML = "";
     if (!tokens(query).length) return;
     var found = rank(index, query);
