@@ -431,6 +431,7 @@ SEARCH_JS = "_static/book-search.js"
 # prose, its code (imports dropped). The book's own pages (index, revision sheet) repeat the
 # questions' words and rank below the questions themselves.
 W_TITLE, W_SHORT, W_PROSE, W_CODE, W_BOOK, W_BOOK_TITLE = 10.0, 5.0, 1.0, 0.3, 0.4, 3.0
+W_LEAD = 5.0  # the short answer's first sentence, on top of W_SHORT
 _TOKEN = re.compile(r"[a-z0-9_]+")
 _IMPORT = re.compile(r"^\s*(?:import\s|from\s+\S+\s+import\s)")
 _HEADING_LINE = re.compile(r"^(\s{0,3})(#{1,6})(?=\s)")
@@ -629,7 +630,9 @@ def book_search_pages(questions: list[Question], chapters: dict[int, Path], book
             heading = f"Q{s.number}. {s.title}"
             prose = plain("\n\n".join(c.source for i, c in enumerate(sec, s.start)
                                        if c.cell_type == "markdown" and i not in short_cells and i != s.start))
-            fields = {W_TITLE: plain(heading), W_SHORT: short, W_PROSE: prose, W_CODE: _code_text(sec)}
+            # The short answer's first sentence states the answer: it counts again, as a heading would.
+            lead = re.split(r"(?<=[.!?])\s", plain(s.short_answers[0].text), maxsplit=1)[0] if s.short_answers else ""
+            fields = {W_TITLE: plain(heading), W_SHORT: short, W_LEAD: lead, W_PROSE: prose, W_CODE: _code_text(sec)}
             pages.append((question_page(s.number).replace(".ipynb", ".html"), plain(heading), _snippet(short), fields))
     return pages
 

@@ -76,7 +76,7 @@ PHONE_FIGURE_SCALE = 0.65  # on a phone: below this, 9 pt text in a figure is un
 # for the term must give that question's page first (checked on the full book only).
 SEARCH_TERMS = {
     "zero_grad": 2, "eval": 3, "inference_mode": 4, "stride": 5, "contiguous": 5, "broadcasting": 6,
-    "dispatcher": 8, "make_fx": 9, "AccumulateGrad": 10, "leaf": 11, "retain_graph": 12,
+    "AccumulateGrad": 2, "dispatcher": 8, "make_fx": 9, "leaf": 11, "retain_graph": 12, "version counter": 13,
     "forward mode": 14, "set_detect_anomaly": 16, "autograd.Function": 17, "straight-through": 18,
     "register_hook": 19, "create_graph": 20, "vmap": 21, "log-sum-exp": 22, "deterministic": 23,
     "Kaiming": 24, "RMSNorm": 25, "clip_grad_norm_": 26, "label smoothing": 27,
@@ -84,7 +84,8 @@ SEARCH_TERMS = {
     "checkpointing": 34, "GradScaler": 35, "bf16": 35, "AdamW": 36, "memory_reserved": 37,
     "torch.compile": 38, "memory-bound": 39, "FlashAttention": 40, "DataLoader": 41,
     "DataParallel": 42, "ring all-reduce": 43, "fully_shard": 46, "tensor parallel": 47,
-    "pipeline bubble": 48, "NCCL_DEBUG": 50, "define-by-run": 1,
+    "pipeline bubble": 48, "NCCL_DEBUG": 50, "define-by-run": 1, "gradient accumulation": 44,
+    "ZeRO stages": 45, "FP8": 35, "hooks": 19, "torch.func": 21,
 }
 MIN_CALLOUTS = 2  # per question: the short answer and the common wrong answer
 
