@@ -400,6 +400,7 @@ def _check_question_index(page, base: str, report: SiteReport) -> set[int]:
         report.problems.append(f"questions: no #q<n> anchor for {['Q%d' % n for n in lost]}")
     if written:
         first = min(written)
+        page.goto(urljoin(base, "search.html"), wait_until="load")  # from another page, as a bookmark would
         page.goto(f"{url}#q{first}", wait_until="load")
         try:
             page.wait_for_url(re.compile(rf".*/notebooks/q{first}\.html$"), timeout=5_000)

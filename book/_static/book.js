@@ -195,5 +195,6 @@
     if (link) window.location.replace(link.href);
   }
 
+  window.addEventListener("hashchange", questionAddress);
   document.addEventListener("DOMContentLoaded", function () { questionAddress(); figures(); bookSearch(); drill(); });
 })();
