@@ -43,6 +43,10 @@ PHASE_COLORS: dict[Phase, str] = {
 }
 #: Resolution of the figures these views create (a figure passed in via ``ax`` keeps its own).
 FIGURE_DPI = 110
+#: Default width of the views' figures: 4.6 in is 506 px at FIGURE_DPI. A 390 px phone gives
+#: a figure about 350 px, so it shows at 69% of its natural width and 9 pt text stays above
+#: 9 px; on a desktop page (~730 px) it shows at full size.
+PHONE_WIDTH_IN = 4.6
 _SMALL = 9  # pt: the smallest text drawn (legends, the peak note)
 
 
@@ -94,10 +98,11 @@ def _draw_memory(ax: Axes, record: MemoryRecord, unit: tuple[str, int], title: s
     ax.set_title(title if title is not None else f"memory on {record.device}")
     if legend:
         handles, labels = _legend_entries(ax, [record])
-        # Outside the axes, to their right: inside, it hid the curve (a late optimizer-step
-        # peak sits in the upper right). Constrained layout narrows the axes to make room.
-        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                  borderaxespad=0.0, fontsize=_SMALL)
+        # Outside the axes, under them: inside, it hid the curve (a late optimizer-step
+        # peak sits in the upper right); beside them, it took half of a phone-wide figure.
+        # Constrained layout shortens the axes to make room.
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.18),
+                  borderaxespad=0.0, fontsize=_SMALL, ncols=2)
 
 
 def _legend_entries(ax: Axes, records: Sequence[MemoryRecord]) -> tuple[list, list[str]]:
@@ -114,21 +119,20 @@ def _legend_entries(ax: Axes, records: Sequence[MemoryRecord]) -> tuple[list, li
 
 def plot_memory(record: MemoryRecord, ax: Axes | None = None, title: str | None = None) -> Figure:
     """Stacked live bytes by category over the samples, phase bands behind."""
-    fig, ax = _new_axes(ax, (9, 4))
+    fig, ax = _new_axes(ax, (PHONE_WIDTH_IN, 4.4))
     peak = record.peak
     _draw_memory(ax, record, byte_unit(peak.total if peak else 0), title, legend=True)
     return fig
 
 
-_COMPARE_COLUMNS = 2  # panels a row: at 6.6 in wide, each x label still fits its panel
+_COMPARE_COLUMNS = 1  # panels stacked: side by side, a phone shows each at half its size
 
 
 def _compare_figsize(runs: int) -> tuple[float, float]:
-    """The default size in inches of `plot_memory_compare` for ``runs`` panels: two
-    panels a row, 6.6 in wide (726 px at `FIGURE_DPI`, the page is ~730 px), 3 in a row
-    plus room for the legend underneath."""
+    """The default size in inches of `plot_memory_compare` for ``runs`` panels: one panel
+    a row, `PHONE_WIDTH_IN` wide, 2.4 in a row plus room for the legend underneath."""
     rows = -(-runs // _COMPARE_COLUMNS)
-    return (6.6, 3.0 * rows + 0.9)
+    return (PHONE_WIDTH_IN, 2.4 * rows + 1.1)
 
 
 def plot_memory_compare(records: Sequence[MemoryRecord], titles: Sequence[str],
@@ -156,7 +160,7 @@ def plot_memory_compare(records: Sequence[MemoryRecord], titles: Sequence[str],
     flat[0].set_ylim(0, max(top / unit[1], 1e-9) * 1.25)
     # Under the panels rather than beside them, so the panels get the page's width.
     handles, labels = _legend_entries(flat[0], records)
-    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=_SMALL)
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=_SMALL)
     return fig
 
 
@@ -189,7 +193,7 @@ def plot_gradtrace(record: GradTraceRecord, ax: Axes | None = None, title: str |
     if unknown:
         raise ValueError(f"unknown parameters {unknown}; "
                          f"traced parameters are {list(record.params)}")
-    fig, ax = _new_axes(ax, (8, 4))
+    fig, ax = _new_axes(ax, (PHONE_WIDTH_IN, 4.0))
     # x of every backward / zero_grad / step event, one zero_grad or step call per slot
     # (a call emits one event per parameter).
     xs: list[float] = []
@@ -269,7 +273,8 @@ def plot_gradtrace(record: GradTraceRecord, ax: Axes | None = None, title: str |
     ax.set_ylim(bottom=0)
     ax.set_title(title if title is not None else "gradient accumulation trace")
     if ax.get_legend_handles_labels()[0]:
-        # Outside the axes, so no point hides under it.
-        ax.legend(fontsize=_SMALL, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                  borderaxespad=0.0)
+        # Outside the axes, under them, so no point hides under it and the axes keep the
+        # figure's width.
+        ax.legend(fontsize=_SMALL, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                  borderaxespad=0.0, ncols=3)
     return fig

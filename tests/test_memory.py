@@ -385,11 +385,13 @@ def test_compare_fits_the_page_and_takes_a_figsize() -> None:
         fig.draw_without_rendering()
         panels = [ax.get_window_extent() for ax in fig.axes]
         assert all(not a.overlaps(b) for i, a in enumerate(panels) for b in panels[i + 1:])
-    assert len(av.compare_memory(three).axes) == 3  # two a row; the spare slot is removed
+    assert len(av.compare_memory(three).axes) == 3  # one a row, stacked for a phone's width
     wide = av.compare_memory(runs, figsize=(10, 3))
     assert tuple(wide.get_size_inches()) == (10, 3)
     ax0, ax1 = wide.axes
-    assert ax0.get_ylim() == ax1.get_ylim() and ax1.get_ylabel() == ""
+    assert ax0.get_ylim() == ax1.get_ylim()  # one scale, so the panels compare by height
+    x0, x1 = ax0.get_window_extent(), ax1.get_window_extent()
+    assert x1.y1 < x0.y0 and abs(x1.x0 - x0.x0) < 1  # stacked, not side by side
 
 
 def test_plot_is_readable_and_the_legend_hides_no_data() -> None:
