@@ -42,7 +42,7 @@ from .records import (
     StorageBlock, StorageMap,
     CommCall, CommOverlap, CommTrace, DistributedRun, TensorLayout, format_bytes,
 )
-from .render import SVG, GraphvizNotFound, LayoutPolicy
+from .render import SVG, GraphvizNotFound, LayoutPolicy, LayoutTimeout
 from .rollup import roll_up
 from .stepper import backward_order
 from .storage import storage_map
@@ -67,6 +67,7 @@ __all__: list[str] = [
     "GraphNode",
     "GraphvizNotFound",
     "LayoutPolicy",
+    "LayoutTimeout",
     "LiveGraph",
     "MemoryPlan",
     "MemoryRecord",
