@@ -54,9 +54,15 @@ test: setup-browser
 	$(MAKE) --no-print-directory site
 	$(MAKE) --no-print-directory browser
 
-# JupyterLab on the chapters, with the venv's kernel.
+# JupyterLab on the chapters, with the venv's kernel. The book's notebooks are trusted first
+# (on every start, so a pulled change is trusted too), or JupyterLab shows stored SVG graphs as
+# text; scripts/lab_config.py makes cross-chapter links open the chapter at the question and
+# keeps a chapter from opening marked unsaved. tests/test_jupyterlab.py runs these same lines.
+LAB_TRUST := $(VENV)/bin/jupyter trust notebooks/[0-9][0-9]_*.ipynb
+LAB_ARGS  := --config=scripts/lab_config.py --notebook-dir=notebooks
 lab: setup
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+	$(LAB_TRUST) >/dev/null
+	$(VENV)/bin/jupyter lab $(LAB_ARGS) $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 # Authors: re-execute a notebook in place, top to bottom (make execute NB=notebooks/01_define_by_run.ipynb).
 execute: setup

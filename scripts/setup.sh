@@ -41,9 +41,13 @@ want=$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     echo "setup: installing the pinned environment into $VENV"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[book,test]'
-    # The notebooks are stored with kernelspec "python3": point it at this venv.
-    "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (autogradviz)" >/dev/null
     echo "$want" > "$STAMP"
+fi
+# The notebooks are stored with kernelspec {"name": "python3", "display_name": "Python 3"}:
+# point "python3" at this venv under that same display name, or JupyterLab rewrites the stored
+# one and every chapter opens marked unsaved. Checked on every run, so older venvs are fixed too.
+if ! grep -qs '"display_name": "Python 3",' "$VENV/share/jupyter/kernels/python3/kernel.json"; then
+    "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" >/dev/null
 fi
 
 need_apt dot graphviz " (or 'conda install -c conda-forge graphviz')"

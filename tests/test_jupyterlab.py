@@ -98,6 +98,22 @@ def _execute_over_websocket(port: int, token: str, kernel_id: str, code: str) ->
         ws.close()
 
 
+def _make_lab_lines() -> tuple[list[str], list[str]]:
+    """`make lab`'s trust command and its `jupyter lab` arguments, read from the Makefile."""
+    import glob
+    import shlex
+
+    text = (REPO / "Makefile").read_text()
+    values = {}
+    for key in ("LAB_TRUST", "LAB_ARGS"):
+        m = re.search(rf"^{key}\s*:=\s*(.+)$", text, re.M)
+        assert m, f"the Makefile has no {key} line for `make lab`"
+        values[key] = shlex.split(m[1].replace("$(VENV)", str(REPO / ".venv")))
+    trust = [a for arg in values["LAB_TRUST"] for a in (sorted(glob.glob(arg, root_dir=REPO)) if "*" in arg else [arg])]
+    assert trust[1:2] == ["trust"] and len(trust) > 2, trust
+    return trust, values["LAB_ARGS"]
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory):
     """The server `make lab` starts, headless on a free loopback port: (port, token, client).
@@ -110,10 +126,14 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
            "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces")}  # fmt: skip
+    # Trust data of its own: `make lab`'s `jupyter trust` writes the signatures there.
+    env["JUPYTER_DATA_DIR"] = str(tmp_path / "data")
+    trust, lab_args = _make_lab_lines()
+    subprocess.run(trust, cwd=REPO, env=env, check=True, capture_output=True)
     cmd = [
         str(JUPYTER), "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
         f"--ServerApp.token={token}", "--ServerApp.open_browser=False", "--ServerApp.port_retries=0",
-        "--ServerApp.allow_root=True", f"--notebook-dir={NOTEBOOKS}",
+        "--ServerApp.allow_root=True", *lab_args,
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         # No "would you like news?" pop-up over the page in the browser test.
         "--LabApp.news_url=None",
@@ -165,6 +185,10 @@ def test_jupyterlab_serves_chapters_and_runs_a_cell(lab) -> None:
         assert model["type"] == "notebook" and model["content"]["nbformat"] == 4, name
 
     spec = server.call("GET", "/api/kernelspecs")["kernelspecs"]["python3"]["spec"]
+    # A chapter opens unmodified only if its stored kernelspec is the registered one.
+    for name in listed:
+        stored = server.call("GET", f"/api/contents/{name}")["content"]["metadata"]["kernelspec"]
+        assert stored["display_name"] == spec["display_name"], (name, stored, spec["display_name"])
     # Compare unresolved paths: a venv's python is a symlink to the base interpreter.
     assert Path(os.path.abspath(spec["argv"][0])).is_relative_to(os.path.abspath(sys.prefix)), (
         f"the python3 kernel runs {spec['argv'][0]}, not this environment ({sys.prefix}); run `make setup`"
@@ -241,3 +265,56 @@ def test_chapter_markup_renders_in_jupyterlab(lab, name: str) -> None:
     assert sorted(int(a[1:]) for a in seen["anchors"] if a[1:].isdigit()) == questions
     assert seen["closed"] == details
     assert seen["hidden_inputs"] == solutions
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium not installed (make setup-browser)")
+def test_chapter_opens_clean_with_its_graphs_and_cross_chapter_links(lab) -> None:
+    """Chapter 1 as `make lab` opens it: stored SVG graphs shown as images (not as
+    `SVG(... characters)` text), not marked unsaved once its kernel has started, no graph
+    past the right edge with the file browser open, and a link to another chapter's
+    question (Q13, chapter 3) opens that chapter scrolled to the question."""
+    import nbformat
+    from playwright.sync_api import sync_playwright
+
+    port, token, server = lab
+    name, target = "01_define_by_run.ipynb", "03_autograd_engine.ipynb"
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    svgs = sum("image/svg+xml" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert svgs > 0 and any("../book/questions.md#q13" in c.source for c in nb.cells)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page.goto(f"http://127.0.0.1:{port}/lab/workspaces/open/tree/{name}?reset&token={token}")
+            page.wait_for_function(f"document.querySelectorAll('.jp-RenderedSVG img').length >= {svgs}",
+                                   timeout=60_000)
+            deadline = time.monotonic() + 60
+            while not any(k["execution_state"] == "idle" for k in server.call("GET", "/api/kernels")):
+                assert time.monotonic() < deadline, "the chapter's kernel did not start"
+                time.sleep(0.5)
+            time.sleep(2)  # JupyterLab applies the kernel's info to the notebook after it starts
+            seen = page.evaluate("""() => ({
+              dirty: document.querySelectorAll('.jp-mod-dirty').length,
+              files: document.querySelector('.jp-FileBrowser').getBoundingClientRect().width,
+              as_text: Array.from(document.querySelectorAll('.jp-OutputArea-output'))
+                  .filter(e => /SVG\\(\\d+ characters\\)/.test(e.textContent)).length,
+              past_edge: Array.from(document.querySelectorAll('.jp-RenderedSVG img')).filter(i => {
+                  const out = i.closest('.jp-OutputArea-output').getBoundingClientRect();
+                  return i.complete && i.naturalWidth > 0 && i.getBoundingClientRect().right > out.right + 1;
+              }).length,
+            })""")
+            assert seen["files"] > 0, "the file browser is not open"
+            assert seen["as_text"] == 0 and seen["past_edge"] == 0, seen
+            assert seen["dirty"] == 0, "the chapter is marked unsaved after its kernel started"
+            link = page.locator(f"a[href*='{target}'][href*='#cell-id=']").filter(has_text="Q13").first
+            link.scroll_into_view_if_needed()
+            link.click()
+            page.wait_for_function(
+                f"[...document.querySelectorAll('.lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel')]"
+                f".some(t => t.textContent === '{target}')", timeout=30_000)
+            page.wait_for_function("""() => {
+              const a = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) [data-jupyter-id="q13"]');
+              return a && a.getBoundingClientRect().top > 0 && a.getBoundingClientRect().top < innerHeight;
+            }""", timeout=30_000)
+        finally:
+            browser.close()
