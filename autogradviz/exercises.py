@@ -12,6 +12,17 @@ expected value.
 
 ``verdict`` returns the same judgement without printing, for tests and for cells that
 assert.
+
+In a chapter the hidden solution cell sits between the reader's cell and the check, so
+running the notebook top to bottom (Run All, or Shift+Enter cell after cell) runs it too.
+It therefore assigns names of its own (``solution_prediction``, never ``my_prediction``),
+and the check passes it as ``solution=``: the verdict is on the reader's answer only, while
+the reference solution is verified silently and raises if it does not pass, so a broken
+exercise fails loudly in nbval instead of marking readers wrong. With ``args=``, the
+answer and the solution are functions called with those arguments; a stub that still
+raises ``NotImplementedError`` is "not yet", not an error.
+
+    agv.check(count_nodes, 5, name="count_nodes", solution=solution_count_nodes, args=(loss,))
 """
 from __future__ import annotations
 
@@ -21,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Verdict", "check", "verdict"]
+__all__ = ["SolutionError", "Verdict", "check", "verdict"]
 
 CORRECT = "correct!"
 
@@ -133,6 +144,25 @@ def _judge(answer: Any, expected: Any, name: str, rtol: float, atol: float, orde
         return f"`{name}` is {_kind(answer)}, which cannot be compared with the answer; pass {_kind(expected)}"
 
 
+_NO_SOLUTION: Any = object()  # `solution=None` is a value a wrong solution cell may hold
+
+
+class SolutionError(AssertionError):
+    """The exercise's own solution does not pass its check: the exercise is broken."""
+
+
+def _call(fn: Any, args: tuple, name: str) -> tuple[Any, str | None]:
+    """fn(*args), or the reason there is no answer yet (a stub, or not a function)."""
+    if fn is None or fn is Ellipsis:
+        return None, None  # judged as "still None" by _judge
+    if not callable(fn):
+        return None, f"`{name}` is {_kind(fn)}; the exercise asks for a function"
+    try:
+        return fn(*args), None
+    except NotImplementedError:
+        return None, f"`{name}` still raises NotImplementedError: write its body"
+
+
 def verdict(
     answer: Any,
     expected: Any,
@@ -142,16 +172,35 @@ def verdict(
     rtol: float = 1e-6,
     atol: float = 1e-9,
     ordered: bool = True,
+    solution: Any = _NO_SOLUTION,
+    args: tuple | None = None,
 ) -> Verdict:
     """Judge `answer` against `expected` without printing.
 
     Numbers and tensors compare within ``rtol``/``atol``; lists and tuples item by item
     (``ordered=False``: as multisets, as sets always are); dicts key by key. The message
-    names what is wrong in the reader's answer and never quotes `expected`."""
+    names what is wrong in the reader's answer and never quotes `expected`.
+
+    ``solution``: the exercise's reference answer (or function), checked against `expected`
+    first; ``SolutionError`` if it fails, with no expected value in the message.
+    ``args``: call `answer` (and `solution`) with these arguments and judge the results."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be the answer's variable name as a string, got {name!r}")
     if rtol < 0 or atol < 0:
         raise ValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
+    if args is not None and not isinstance(args, tuple):
+        raise TypeError(f"args must be a tuple of arguments for the function, got {_kind(args)}; "
+                        f"pass args=(x,) for one argument")
+    if solution is not _NO_SOLUTION:
+        ref, problem = (solution, None) if args is None else _call(solution, args, "the solution")
+        problem = problem or _judge(ref, expected, "the solution", rtol, atol, ordered)
+        if problem is not None:
+            raise SolutionError(f"the reference solution for `{name}` does not pass its own check "
+                                f"({problem}): fix the solution cell or the expected value")
+    if args is not None:
+        answer, problem = _call(answer, args, name)
+        if problem is not None:
+            return _wrong(problem, hint)
     problem = _judge(answer, expected, name, rtol, atol, ordered)
     return Verdict(True, CORRECT) if problem is None else _wrong(problem, hint)
 
@@ -165,8 +214,11 @@ def check(
     rtol: float = 1e-6,
     atol: float = 1e-9,
     ordered: bool = True,
+    solution: Any = _NO_SOLUTION,
+    args: tuple | None = None,
 ) -> None:
     """Print only the verdict on `answer`: ``correct!`` or what is wrong and the hint.
 
     Returns None so that a check as a cell's last line shows the verdict and nothing else."""
-    print(verdict(answer, expected, name=name, hint=hint, rtol=rtol, atol=atol, ordered=ordered).message)
+    print(verdict(answer, expected, name=name, hint=hint, rtol=rtol, atol=atol, ordered=ordered,
+                  solution=solution, args=args).message)

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import autogradviz as agv
+from autogradviz.exercises import SolutionError
 
 # Expected values a message must never quote (chosen so that no wrong answer below contains them).
 SECRET_NUMBER = 4.0
@@ -81,22 +82,75 @@ def test_tolerances_apply_to_numbers_and_tensors() -> None:
 
 
 def test_the_contract_chapters_check_cell_judges_the_readers_cell(capsys) -> None:
-    """The fixture's exercise run as a reader would: the stub is reported wrong without the
-    answer; with the solution, the check prints exactly its stored output."""
-    from fixtures.contract_chapter import CHECK_SOURCE, contract_chapter
+    """The fixture's exercise run top to bottom, as Run All or Shift+Enter runs it: the
+    hidden solution cell runs between the reader's cell and the check, and the check still
+    judges the reader's answer (the stub, then a wrong guess), never the solution's."""
+    from fixtures.contract_chapter import CHECK_SOURCE, SOLUTION_SOURCE, contract_chapter
 
     nb = contract_chapter()
     stub, solution, check = (next(c for c in nb.cells if tag in c.metadata.get("tags", []))
                              for tag in ("exercise", "solution", "check"))  # fmt: skip
-    assert check.source == CHECK_SOURCE
+    assert check.source == CHECK_SOURCE and solution.source == SOLUTION_SOURCE
+    assert solution.source.splitlines()[0] == "# Solution"  # what a collapsed input shows
     scope: dict[str, object] = {"agv": agv}
-    exec(stub.source, scope)  # noqa: S102 - the fixture's own cells
-    exec(check.source, scope)  # noqa: S102
+    for cell in (stub, solution, check):
+        exec(cell.source, scope)  # noqa: S102 - the fixture's own cells
     out = capsys.readouterr().out
     assert out.startswith("not yet: `my_prediction` is still None") and "4" not in out
-    scope["my_prediction"] = 5.0  # a wrong guess
-    exec(check.source, scope)  # noqa: S102
-    assert capsys.readouterr().out == "not yet: `my_prediction` = 5.0 is too high. Hint: add up the two doubled ones\n"
-    exec(solution.source, scope)  # noqa: S102
-    exec(check.source, scope)  # noqa: S102
-    assert capsys.readouterr().out == check.outputs[0]["text"] == "correct!\n"
+    for guess, says in [(5.0, "not yet: `my_prediction` = 5.0 is too high. Hint: add up the two doubled ones\n"),
+                        (4.0, "correct!\n")]:
+        scope["my_prediction"] = guess
+        for cell in (solution, check):  # stepping on from the reader's cell
+            exec(cell.source, scope)  # noqa: S102
+        assert capsys.readouterr().out == says
+        assert scope["my_prediction"] == guess  # the solution left the reader's name alone
+    assert check.outputs[0]["text"] == "correct!\n"
+
+
+def test_a_correct_solution_is_checked_silently(capsys) -> None:
+    assert not agv.verdict(5.0, SECRET_NUMBER, solution=SECRET_NUMBER)
+    agv.check(None, SECRET_OPS, name="my_ops", solution=list(SECRET_OPS))
+    out = capsys.readouterr().out
+    assert out == "not yet: `my_ops` is still None: replace it with your answer\n"
+
+
+@pytest.mark.parametrize("solution", [5.0, None, "4", [4.0]])
+def test_a_wrong_solution_fails_loudly_without_the_answer(capsys, solution) -> None:
+    """A broken exercise raises (nbval then fails the chapter) instead of judging readers
+    against it, whatever the reader wrote; the message still does not quote the answer."""
+    for answer in (None, SECRET_NUMBER):
+        with pytest.raises(SolutionError, match="reference solution for `my_prediction` does not pass") as err:
+            agv.check(answer, SECRET_NUMBER, name="my_prediction", solution=solution)
+        assert "4" not in str(err.value)
+    assert capsys.readouterr().out == ""
+
+
+def _stub(t: torch.Tensor) -> int:
+    raise NotImplementedError("walk t.grad_fn.next_functions")
+
+
+def _nodes(t: torch.Tensor) -> int:
+    seen, stack = set(), [t.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack.extend(fn for fn, _ in node.next_functions)
+    return len(seen)
+
+
+def test_function_exercises_call_answer_and_solution_and_a_stub_is_not_yet() -> None:
+    x = torch.ones(2, requires_grad=True)
+    loss = (x * 2).sum()
+    n = _nodes(loss)
+    assert n == 3  # SumBackward0, MulBackward0, AccumulateGrad: torch's own graph is the oracle
+    says = agv.verdict(_stub, n, name="count_nodes", solution=_nodes, args=(loss,))
+    assert not says and "still raises NotImplementedError" in str(says)
+    assert agv.verdict(_nodes, n, name="count_nodes", solution=_nodes, args=(loss,))
+    wrong = agv.verdict(lambda t: 2, n, name="count_nodes", solution=_nodes, args=(loss,))
+    assert str(wrong) == "not yet: `count_nodes` = 2 is too low"
+    assert "a function" in str(agv.verdict(3, n, name="count_nodes", args=(loss,)))
+    with pytest.raises(SolutionError, match="NotImplementedError"):
+        agv.verdict(_nodes, n, name="count_nodes", solution=_stub, args=(loss,))
+    with pytest.raises(TypeError, match=r"args=\(x,\)"):
+        agv.verdict(_nodes, n, args=loss)
