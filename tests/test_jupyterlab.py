@@ -48,9 +48,20 @@ def _port_open(port: int) -> bool:
 class _Server:
     """Just enough of a REST client for the test, with the token in every request."""
 
-    def __init__(self, port: int, token: str) -> None:
+    def __init__(self, port: int, token: str, env: dict[str, str]) -> None:
         self.base = f"http://127.0.0.1:{port}"
         self.token = token
+        self.env = env  # the server's environment: its JUPYTER_DATA_DIR holds the trust signatures
+
+    def shut_down_sessions(self) -> None:
+        """Close every notebook session and kernel the browser started, so that the next test
+        starts from an idle server (no kernels of earlier chapters competing for the CPU, and
+        a "kernel is idle" wait that can only be met by the notebook under test)."""
+        for session in self.call("GET", "/api/sessions"):
+            self.call("DELETE", f"/api/sessions/{session['id']}")
+        for kernel in self.call("GET", "/api/kernels"):
+            self.call("DELETE", f"/api/kernels/{kernel['id']}")
+        assert self.call("GET", "/api/kernels") == [], "a kernel survived its session's shutdown"
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict | list | None:
         data = None if body is None else json.dumps(body).encode()
@@ -141,7 +152,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
     log = (tmp_path / "lab.log").open("w")
     # Its own session, so the server and every kernel it starts can be stopped as one group.
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    server = _Server(port, token)
+    server = _Server(port, token, env)
+    server.trust = trust[:2]  # `make lab`'s `jupyter trust`, to sign one chapter again
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
@@ -211,9 +223,23 @@ def test_jupyterlab_serves_chapters_and_runs_a_cell(lab) -> None:
 CHROMIUM = "/usr/bin/chromium"
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium for every browser test of this file (a launch per test cost
+    more than a second each); each test opens its own context and closes it."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium not installed (make setup-browser)")
 @pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
-def test_chapter_markup_renders_in_jupyterlab(lab, name: str) -> None:
+def test_chapter_markup_renders_in_jupyterlab(lab, browser, name: str) -> None:
     """What the chapter markup promises in JupyterLab, seen in a real browser.
 
     The callouts pick up JupyterLab's own alert colours, every `<a id="q<n>">` anchor
@@ -221,43 +247,42 @@ def test_chapter_markup_renders_in_jupyterlab(lab, name: str) -> None:
     quiz answers are closed <details>, and each solution cell's source is collapsed.
     """
     import nbformat
-    from playwright.sync_api import sync_playwright
 
-    port, token, _ = lab
+    port, token, server = lab
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     solutions = sum("solution" in c.metadata.get("tags", []) for c in nb.cells)
     questions = sorted({int(m) for c in nb.cells if c.cell_type == "markdown"
                         for m in re.findall(r'<a id="q(\d+)"></a>', c.source)})
     details = sum(c.source.count("<details>") for c in nb.cells if c.cell_type == "markdown")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            # A workspace of its own, reset: otherwise JupyterLab reopens the chapters an
-            # earlier test opened, and their cells would be counted too.
-            workspace = "ch" + name.split("_")[0]
-            page.goto(f"http://127.0.0.1:{port}/lab/workspaces/{workspace}/tree/{name}"
-                      f"?reset&token={token}")
-            page.wait_for_selector(".jp-MarkdownCell .jp-RenderedHTMLCommon", timeout=60_000)
-            # JupyterLab renders cells lazily; wait until every markdown cell has rendered.
-            page.wait_for_function(
-                f"document.querySelectorAll('.jp-RenderedHTMLCommon details').length >= {details}",
-                timeout=60_000)
-            seen = page.evaluate("""() => {
-              const bg = sel => Array.from(document.querySelectorAll(sel))
-                  .map(e => getComputedStyle(e).backgroundColor);
-              return {
-                tips: bg('.jp-RenderedHTMLCommon div.admonition.tip'),
-                warnings: bg('.jp-RenderedHTMLCommon div.admonition.warning'),
-                anchors: Array.from(document.querySelectorAll('.jp-RenderedHTMLCommon a[data-jupyter-id]'))
-                    .map(a => a.getAttribute('data-jupyter-id')),
-                closed: Array.from(document.querySelectorAll('.jp-RenderedHTMLCommon details'))
-                    .filter(d => !d.open).length,
-                hidden_inputs: document.querySelectorAll('.jp-InputPlaceholder').length,
-              };
-            }""")
-        finally:
-            browser.close()
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    try:
+        page = context.new_page()
+        # A workspace of its own, reset: otherwise JupyterLab reopens the chapters an
+        # earlier test opened, and their cells would be counted too.
+        workspace = "ch" + name.split("_")[0]
+        page.goto(f"http://127.0.0.1:{port}/lab/workspaces/{workspace}/tree/{name}"
+                  f"?reset&token={token}")
+        page.wait_for_selector(".jp-MarkdownCell .jp-RenderedHTMLCommon", timeout=60_000)
+        # JupyterLab renders cells lazily; wait until every markdown cell has rendered.
+        page.wait_for_function(
+            f"document.querySelectorAll('.jp-RenderedHTMLCommon details').length >= {details}",
+            timeout=60_000)
+        seen = page.evaluate("""() => {
+          const bg = sel => Array.from(document.querySelectorAll(sel))
+              .map(e => getComputedStyle(e).backgroundColor);
+          return {
+            tips: bg('.jp-RenderedHTMLCommon div.admonition.tip'),
+            warnings: bg('.jp-RenderedHTMLCommon div.admonition.warning'),
+            anchors: Array.from(document.querySelectorAll('.jp-RenderedHTMLCommon a[data-jupyter-id]'))
+                .map(a => a.getAttribute('data-jupyter-id')),
+            closed: Array.from(document.querySelectorAll('.jp-RenderedHTMLCommon details'))
+                .filter(d => !d.open).length,
+            hidden_inputs: document.querySelectorAll('.jp-InputPlaceholder').length,
+          };
+        }""")
+    finally:
+        context.close()
+        server.shut_down_sessions()
     transparent = "rgba(0, 0, 0, 0)"
     assert len(seen["tips"]) >= len(questions) and transparent not in seen["tips"], seen["tips"]
     assert len(seen["warnings"]) >= len(questions) and transparent not in seen["warnings"], seen["warnings"]
@@ -268,53 +293,127 @@ def test_chapter_markup_renders_in_jupyterlab(lab, name: str) -> None:
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium not installed (make setup-browser)")
-def test_chapter_opens_clean_with_its_graphs_and_cross_chapter_links(lab) -> None:
+def test_chapter_opens_clean_with_its_graphs_and_cross_chapter_links(lab, browser) -> None:
     """Chapter 1 as `make lab` opens it: stored SVG graphs shown as images (not as
     `SVG(... characters)` text), not marked unsaved once its kernel has started, no graph
     past the right edge with the file browser open, and a link to another chapter's
     question (Q13, chapter 3) opens that chapter scrolled to the question."""
     import nbformat
-    from playwright.sync_api import sync_playwright
+    from nbformat.sign import NotebookNotary
 
     port, token, server = lab
     name, target = "01_define_by_run.ipynb", "03_autograd_engine.ipynb"
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     svgs = sum("image/svg+xml" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert svgs > 0 and any("../book/questions.md#q13" in c.source for c in nb.cells)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            page.goto(f"http://127.0.0.1:{port}/lab/workspaces/open/tree/{name}?reset&token={token}")
-            page.wait_for_function(f"document.querySelectorAll('.jp-RenderedSVG img').length >= {svgs}",
-                                   timeout=60_000)
-            deadline = time.monotonic() + 60
-            while not any(k["execution_state"] == "idle" for k in server.call("GET", "/api/kernels")):
-                assert time.monotonic() < deadline, "the chapter's kernel did not start"
-                time.sleep(0.5)
-            time.sleep(2)  # JupyterLab applies the kernel's info to the notebook after it starts
-            seen = page.evaluate("""() => ({
-              dirty: document.querySelectorAll('.jp-mod-dirty').length,
-              files: document.querySelector('.jp-FileBrowser').getBoundingClientRect().width,
-              as_text: Array.from(document.querySelectorAll('.jp-OutputArea-output'))
-                  .filter(e => /SVG\\(\\d+ characters\\)/.test(e.textContent)).length,
-              past_edge: Array.from(document.querySelectorAll('.jp-RenderedSVG img')).filter(i => {
-                  const out = i.closest('.jp-OutputArea-output').getBoundingClientRect();
-                  return i.complete && i.naturalWidth > 0 && i.getBoundingClientRect().right > out.right + 1;
-              }).length,
-            })""")
-            assert seen["files"] > 0, "the file browser is not open"
-            assert seen["as_text"] == 0 and seen["past_edge"] == 0, seen
-            assert seen["dirty"] == 0, "the chapter is marked unsaved after its kernel started"
-            link = page.locator(f"a[href*='{target}'][href*='#cell-id=']").filter(has_text="Q13").first
-            link.scroll_into_view_if_needed()
-            link.click()
-            page.wait_for_function(
-                f"[...document.querySelectorAll('.lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel')]"
-                f".some(t => t.textContent === '{target}')", timeout=30_000)
-            page.wait_for_function("""() => {
-              const a = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) [data-jupyter-id="q13"]');
-              return a && a.getBoundingClientRect().top > 0 && a.getBoundingClientRect().top < innerHeight;
-            }""", timeout=30_000)
-        finally:
-            browser.close()
+    # A signature covers the file's content: any edit since the fixture ran `make lab`'s
+    # `jupyter trust` (an author saving the chapter while the suite runs) leaves it untrusted,
+    # and its SVGs would show as text. Sign it again with the same command, as restarting
+    # `make lab` would, and check the signature before blaming the browser for it.
+    subprocess.run([*server.trust, str(NOTEBOOKS / name)], cwd=REPO, env=server.env, check=True, capture_output=True)
+    notary = NotebookNotary(data_dir=server.env["JUPYTER_DATA_DIR"])
+    assert notary.check_signature(nbformat.read(NOTEBOOKS / name, as_version=4)), (
+        f"{name} is not trusted after `make lab`'s `jupyter trust`")
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"http://127.0.0.1:{port}/lab/workspaces/open/tree/{name}?reset&token={token}")
+        page.wait_for_function(f"document.querySelectorAll('.jp-RenderedSVG img').length >= {svgs}",
+                               timeout=60_000)
+        deadline = time.monotonic() + 60
+        # This chapter's own kernel: the earlier tests shut theirs down.
+        while not any(s["path"].endswith(name) and s["kernel"]["execution_state"] == "idle"
+                      for s in server.call("GET", "/api/sessions")):
+            assert time.monotonic() < deadline, "the chapter's kernel did not start"
+            time.sleep(0.5)
+        time.sleep(2)  # JupyterLab applies the kernel's info to the notebook after it starts
+        seen = page.evaluate("""() => ({
+          dirty: document.querySelectorAll('.jp-mod-dirty').length,
+          files: document.querySelector('.jp-FileBrowser').getBoundingClientRect().width,
+          as_text: Array.from(document.querySelectorAll('.jp-OutputArea-output'))
+              .filter(e => /SVG\\(\\d+ characters\\)/.test(e.textContent)).length,
+          past_edge: Array.from(document.querySelectorAll('.jp-RenderedSVG img')).filter(i => {
+              const out = i.closest('.jp-OutputArea-output').getBoundingClientRect();
+              return i.complete && i.naturalWidth > 0 && i.getBoundingClientRect().right > out.right + 1;
+          }).length,
+        })""")
+        assert seen["files"] > 0, "the file browser is not open"
+        assert seen["as_text"] == 0 and seen["past_edge"] == 0, seen
+        assert seen["dirty"] == 0, "the chapter is marked unsaved after its kernel started"
+        link = page.locator(f"a[href*='{target}'][href*='#cell-id=']").filter(has_text="Q13").first
+        link.scroll_into_view_if_needed()
+        link.click()
+        page.wait_for_function(
+            f"[...document.querySelectorAll('.lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel')]"
+            f".some(t => t.textContent === '{target}')", timeout=30_000)
+        page.wait_for_function("""() => {
+          const a = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) [data-jupyter-id="q13"]');
+          return a && a.getBoundingClientRect().top > 0 && a.getBoundingClientRect().top < innerHeight;
+        }""", timeout=30_000)
+    finally:
+        context.close()
+        server.shut_down_sessions()
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium not installed (make setup-browser)")
+@pytest.mark.parametrize("how", ["shift-enter", "run-all"])
+def test_a_wrong_answer_is_reported_wrong_in_jupyterlab(lab, browser, how: str) -> None:
+    """The fixture chapter's exercise (docs/chapter-markup.md, "Exercises") with a wrong
+    answer in the reader's cell, run in JupyterLab the two ways a reader runs it: cell after
+    cell with Shift+Enter, and Run All. The hidden solution cell runs in between both ways;
+    the check must still report the reader's answer wrong."""
+    import nbformat
+    from fixtures.contract_chapter import contract_chapter
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    port, token, server = lab
+    full = contract_chapter()
+    stub, solution, check = (next(c for c in full.cells if tag in c.metadata.get("tags", []))
+                             for tag in ("exercise", "solution", "check"))  # fmt: skip
+    wrong = {"shift-enter": 5.0, "run-all": 3.0}[how]
+    says = {"shift-enter": "= 5.0 is too high", "run-all": "= 3.0 is too low"}[how]
+    assert stub.source == "my_prediction = None"
+    reader = new_code_cell(f"my_prediction = {wrong}", metadata=stub.metadata)
+    nb = new_notebook(cells=[new_code_cell("import autogradviz as agv"), reader,
+                             new_code_cell(solution.source, metadata=solution.metadata),
+                             new_code_cell(check.source, metadata=check.metadata)])
+    nb.metadata = full.metadata
+    # A scratch notebook under the served root (the server serves nothing else), removed after.
+    name = f"zz_exercise_{how}_{secrets.token_hex(4)}.ipynb"
+    server.call("PUT", f"/api/contents/{name}", {"type": "notebook", "format": "json",
+                                                  "content": json.loads(nbformat.writes(nb))})
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"http://127.0.0.1:{port}/lab/workspaces/{how}/tree/{name}?reset&token={token}")
+        page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
+        deadline = time.monotonic() + 60
+        while not any(s["path"].endswith(name) and s["kernel"]["execution_state"] == "idle"
+                      for s in server.call("GET", "/api/sessions")):
+            assert time.monotonic() < deadline, "the notebook's kernel did not start"
+            time.sleep(0.5)
+        if how == "shift-enter":
+            page.locator(".jp-Notebook .jp-Cell").first.click()
+            page.keyboard.press("Escape")  # command mode: Shift+Enter runs and moves on
+            for _ in range(4):
+                page.keyboard.press("Shift+Enter")
+                page.wait_for_timeout(300)
+        else:
+            page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+            page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
+        out = page.locator(".jp-Notebook .jp-CodeCell").nth(3).locator(".jp-OutputArea-output")
+        out.first.wait_for(timeout=30_000)
+        page.wait_for_function("""() => {
+          const cells = document.querySelectorAll('.jp-Notebook .jp-CodeCell');
+          return cells.length >= 4 && /not yet|correct/.test(cells[3].querySelector('.jp-OutputArea')?.textContent || '');
+        }""", timeout=30_000)
+        shown = out.first.inner_text()
+        assert shown.startswith("not yet: `my_prediction` " + says), shown
+        assert "correct!" not in shown
+        # The collapsed solution shows its comment line only.
+        placeholder = page.locator(".jp-Notebook .jp-CodeCell").nth(2).locator(".jp-InputPlaceholder")
+        assert placeholder.inner_text().strip().splitlines()[0] == "# Solution"
+    finally:
+        context.close()
+        server.shut_down_sessions()
+        server.call("DELETE", f"/api/contents/{name}")
