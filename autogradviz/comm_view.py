@@ -1,25 +1,28 @@
 """The communication timeline of a `CommTrace`: backward Nodes against DDP's all-reduces.
 
-One panel per backward pass (columns) and per rank (rows). In a panel, time runs to the
+One panel per backward pass and per rank, stacked in one column (pass by pass, the ranks
+of a pass together), so the figure stays narrow enough for a phone. In a panel, time runs to the
 right in ms from the start of that backward pass; the top lane holds the autograd Nodes
 (AccumulateGrad, where a gradient becomes ready, in its own colour), and each lane below
 holds one bucket's all-reduce, from launch to completion. A dashed line marks the end of
 the last Node: an all-reduce left of it overlapped the backward computation, the part
-right of it is communication the backward had to wait for. Each backward pass (column)
-has its own time axis, fitted to it, so a short pass is not squeezed to a sliver beside a
-long one (the first pass, with DDP's initial buckets, is often several times longer);
-the ranks of one column share it, so they compare. Each all-reduce bar is labelled with
+right of it is communication the backward had to wait for. Each backward pass has its
+own time axis, fitted to it, so a short pass is not squeezed to a sliver beside a long
+one (the first pass, with DDP's initial buckets, is often several times longer); the
+ranks of one pass share it, so they compare. Each all-reduce bar is labelled with
 its bucket's bytes (`format_bytes`). All backward passes are drawn up to `MAX_PANELS`;
 beyond that the last `MAX_PANELS` are, and a line under the panels names the ones left
 out. An AccumulateGrad bar ends after DDP's
 own hook on that Node ran (it copies the gradient into its bucket and, once the bucket is
 complete, calls the communication hook), so it includes that work.
 
-Reads records only (no torch), like the other views; made at 110 dpi, 730 px wide, with
-text of at least 9 pt, the legend below the panels.
+Reads records only (no torch), like the other views; made at 110 dpi, 4.6 in (~510 px)
+wide, which a 390 px phone shows at about 70%, with text of at least 9 pt, the legend
+below the panels.
 """
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +37,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_PANELS", "plot_comm"]
 
-#: Backward passes drawn by default; more would make panels too narrow to read at 730 px.
+#: Backward passes drawn by default; more would make the stacked figure too tall to follow.
 MAX_PANELS = 6
-_WIDTH_IN = 730 / FIGURE_DPI
+_WIDTH_IN = 4.6  # ~510 px at 110 dpi: a phone's ~350 px column shows it at >= 65%
 _SMALL = 9  # pt
 NODE_COLOR = "#9a9a9a"
 READY_COLOR = "#55a868"  # AccumulateGrad: the gradient is ready for its bucket
@@ -162,7 +165,10 @@ def plot_comm(traces: Any, micro_steps: Sequence[int] | None = None,
     lanes = [1 + max((c.bucket + 1 for m in steps for c in t.calls_of(m)), default=0)
              for t in rows]
     heights = [0.45 + 0.34 * n for n in lanes]
-    fig = plt.figure(figsize=(_WIDTH_IN, sum(heights) + 1.6 + 0.25 * (
+    # Panels in one column: for each backward pass, its ranks' panels one under the other.
+    panels = [(m, r) for m in steps for r in range(len(rows))]
+    panel_h = [heights[r] + 0.25 * (r == 0) for _, r in panels]  # room for a pass's title
+    fig = plt.figure(figsize=(_WIDTH_IN, sum(panel_h) + 2.0 + 0.3 * (
                          micro_steps is None and len(rows[0].backwards) > len(steps))),
                      dpi=FIGURE_DPI,
                      layout="constrained")
@@ -170,42 +176,44 @@ def plot_comm(traces: Any, micro_steps: Sequence[int] | None = None,
     # The legend gets a strip of its own below the panels: placed on the figure, it
     # collided with the figure's title or x label.
     omitted = _left_out(rows[0], steps) if micro_steps is None else []
-    main, foot = fig.subfigures(2, 1, height_ratios=[sum(heights) + 1.1,
-                                                     0.75 if omitted else 0.5])
-    # One time axis per column (backward pass), shared by the ranks in it.
-    axes = main.subplots(len(rows), len(steps), sharex="col", squeeze=False,
-                         gridspec_kw={"height_ratios": heights})
-    for r, trace in enumerate(rows):
-        by_step = {b.micro_step: b for b in trace.backwards}
-        labels = _lane_labels(trace, steps, lanes[r])
-        for c, m in enumerate(steps):
-            ax = axes[r][c]
-            _draw_panel(ax, trace, by_step[m], lanes[r])
-            ax.set_yticks(range(lanes[r]))
-            ax.set_yticklabels(labels if c == 0 else [""] * lanes[r], fontsize=_SMALL)
-            if r == 0:
-                ax.set_title(_panel_title(trace, by_step[m]), fontsize=_SMALL)
-        axes[r][0].set_ylabel(f"rank {trace.rank}", fontsize=10)
-    for c, m in enumerate(steps):
+    main, foot = fig.subfigures(2, 1, height_ratios=[sum(panel_h) + 1.0,
+                                                     1.3 if omitted else 1.0])
+    axes = main.subplots(len(panels), 1, squeeze=False, gridspec_kw={"height_ratios": panel_h})[:, 0]
+    first = {}
+    for ax, (m, r) in zip(axes, panels):
+        trace = rows[r]
+        bwd = next(b for b in trace.backwards if b.micro_step == m)
+        _draw_panel(ax, trace, bwd, lanes[r])
+        ax.set_yticks(range(lanes[r]))
+        ax.set_yticklabels(_lane_labels(trace, steps, lanes[r]), fontsize=_SMALL)
+        ax.set_ylabel(f"rank {trace.rank}", fontsize=10)
+        if r == 0:
+            ax.set_title(_panel_title(trace, bwd), fontsize=_SMALL)
+            first[m] = ax
+        else:  # one time axis per backward pass, shared by its ranks
+            ax.sharex(first[m])
+        if r < len(rows) - 1:
+            ax.tick_params(labelbottom=False)
+    for m in steps:
         span = max(_span_ms(t, b) for t in rows for b in t.backwards if b.micro_step == m)
-        axes[0][c].set_xlim(0, span * 1.05)
-    main.supxlabel("ms since the backward pass started (each column its own scale)",
+        first[m].set_xlim(0, span * 1.05)
+    main.supxlabel("ms since the backward pass started (each pass its own scale)",
                    fontsize=10)
     if title is None:
         t = rows[0]
         title = (f"DDP all-reduces against backward Nodes · {t.world_size} "
                  f"rank{'s' * (t.world_size != 1)}, {t.backend}")
-    main.suptitle(title, fontsize=10)
+    main.suptitle(textwrap.fill(title, 56), fontsize=10)
     handles = [Patch(color=NODE_COLOR, label="autograd Node"),
                Patch(color=READY_COLOR, label="AccumulateGrad (grad ready)"),
                Patch(facecolor=COMM_COLOR, edgecolor="black", label="all-reduce: launch → done"),
                Line2D([], [], color="black", ls="--", lw=0.9, label="last Node finished")]
     if omitted:
-        foot.legend(handles=handles, loc="upper center", ncol=2, fontsize=_SMALL,
+        foot.legend(handles=handles, loc="upper center", ncol=1, fontsize=_SMALL,
                     frameon=False)
         foot.text(0.5, 0.02, f"not drawn: backward pass{'es' * (len(omitted) > 1)} "
                   f"{_ranges(omitted)} of {len(rows[0].backwards)} (pass micro_steps=[...] "
                   "to choose)", ha="center", va="bottom", fontsize=_SMALL)
     else:
-        foot.legend(handles=handles, loc="center", ncol=2, fontsize=_SMALL, frameon=False)
+        foot.legend(handles=handles, loc="center", ncol=1, fontsize=_SMALL, frameon=False)
     return fig

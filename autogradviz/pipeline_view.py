@@ -4,11 +4,14 @@ Reads `records.PipelineSchedule` only (no torch). Forward boxes are blue, backwa
 orange, each labelled with its microbatch (numbered from 0, as in the record); with
 interleaving the second and later model chunks are drawn in lighter shades. A lane's grey
 background is its idle time: the bubble. Legends sit below the axes, outside the data. All
-text is at least 9 pt, for the ~730 px the site shows: a box too narrow for its number at
-9 pt is left unlabelled rather than labelled in smaller type.
+text is at least 9 pt. The default width, 4.6 in at 110 dpi (~510 px), is one a 390 px phone shows at
+about 70% (so 9 pt stays at least ~6.5 px there, and a desktop page shows it at full size);
+schedules compare in rows, never side by side. A box too narrow for its number at 9 pt is
+left unlabelled rather than labelled in smaller type.
 """
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -21,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["compare_pipelines", "plot_pipeline"]
 
 FIGURE_DPI = 110
-_WIDTH_IN = 7.2  # inches: ~790 px at 110 dpi, shown at the site's ~730 px
+_WIDTH_IN = 4.6  # inches: ~510 px at 110 dpi; a phone's ~350 px column shows it at >= 65%
 # (forward, backward) fill per model chunk; later chunks lighter.
 _FILLS = (("#4c72b0", "#dd8452"), ("#a5bbdd", "#efc1a1"), ("#d2ddee", "#f7e0d0"))
 _IDLE = "#e6e6e6"
@@ -62,25 +65,25 @@ def _draw(ax: Axes, sched: PipelineSchedule, title: str | None, xmax: float) -> 
                   % (sched.t_forward, sched.t_backward))
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
-    ax.set_title(title if title is not None else sched.caption(), fontsize=10, loc="left")
+    # A caption longer than the narrow axes wraps (~0.55 em per character at 10 pt).
+    text = title if title is not None else sched.caption()
+    ax.set_title(textwrap.fill(text, max(20, int(axes_w_pt / 5.5))), fontsize=10, loc="left")
 
 
 def _legend_handles(max_chunks: int) -> list:
     from matplotlib.patches import Patch
 
-    # Legends fill column by column: forward above backward, one column per chunk.
-    handles = []
-    for c in range(max_chunks):
-        suffix = f" (chunk {c})" if max_chunks > 1 else ""
-        handles.append(Patch(color=_fill("F", c), label=f"forward{suffix}"))
-        handles.append(Patch(color=_fill("B", c), label=f"backward{suffix}"))
-    handles.append(Patch(color=_IDLE, label="idle (bubble)"))
-    return handles
+    # One chunk: a single row. More: legends fill column by column, so this order gives a
+    # forward column (idle at its foot) and a backward column, two columns a narrow figure holds.
+    suffix = (lambda c: f" (chunk {c})") if max_chunks > 1 else (lambda c: "")
+    forward = [Patch(color=_fill("F", c), label=f"forward{suffix(c)}") for c in range(max_chunks)]
+    backward = [Patch(color=_fill("B", c), label=f"backward{suffix(c)}") for c in range(max_chunks)]
+    return [*forward, Patch(color=_IDLE, label="idle (bubble)"), *backward]
 
 
 def _legend(target: Figure | Axes, max_chunks: int, **where: object) -> None:
     handles = _legend_handles(max_chunks)
-    ncol = len(handles) if max_chunks == 1 else max_chunks + 1
+    ncol = len(handles) if max_chunks == 1 else 2
     target.legend(handles=handles, ncol=ncol, fontsize=9, frameon=False, **where)
 
 

@@ -145,7 +145,7 @@ def test_overlap_table_and_round_trip():
 
 def _check_readable(fig, panels: int) -> None:
     fig.canvas.draw()
-    assert fig.dpi == 110 and round(fig.get_figwidth() * fig.dpi) == 730
+    assert fig.dpi == 110 and round(fig.get_figwidth() * fig.dpi) == 506
     sizes = [t.get_fontsize() for t in fig.findobj(lambda a: hasattr(a, "get_fontsize"))
              if getattr(t, "get_text", lambda: "")()]
     assert min(sizes) >= 9, min(sizes)
@@ -156,6 +156,13 @@ def _check_readable(fig, panels: int) -> None:
     assert len(legends) == 1
     box = legends[0].get_window_extent()
     assert not any(box.overlaps(ax.get_window_extent()) for ax in axes)
+    # The title and the legend fit the narrow width.
+    renderer = fig._get_renderer()
+    title = fig.subfigs[0]._suptitle
+    assert title is not None and title.get_text().startswith("DDP all-reduces")
+    for artist in (legends[0], title, fig.subfigs[0]._supxlabel):
+        extent = artist.get_window_extent(renderer)
+        assert extent.x0 >= -1 and extent.x1 <= fig.bbox.width + 1, artist
 
 
 def test_plot_is_readable_and_takes_dicts():
@@ -203,9 +210,13 @@ def test_plot_each_panel_own_axis_and_bucket_bytes():
         assert sorted(labels) == sorted(agv.format_bytes(c.nbytes) for c in t.calls_of(m))
     assert "4.0 KiB" in [x.get_text().strip() for x in axes[0].texts]
     assert "2.1 KiB" in [x.get_text().strip() for x in axes[1].texts]
-    # Two ranks: one column per pass, its axis shared by the ranks in it.
+    # Two ranks: stacked pass by pass, the ranks of a pass together on one shared time axis.
     two = _panels(agv.plot_comm([t, t], micro_steps=[1, 3]))
-    assert len(two) == 4 and two[0].get_xlim() == two[2].get_xlim() != two[1].get_xlim()
+    assert len(two) == 4 and two[0].get_xlim() == two[1].get_xlim() != two[2].get_xlim() == two[3].get_xlim()
+    assert [ax.get_title().split("\n")[0] for ax in two] == ["backward 1", "", "backward 3", ""]
+    # One column: every panel spans the figure's width, none sits beside another.
+    lefts = {round(ax.get_position().x0, 3) for ax in two}
+    assert len(lefts) == 1
     _check_readable(fig, panels=4)
     with pytest.raises(TypeError, match="list of backward-pass numbers"):
         agv.plot_comm(t, micro_steps=3)

@@ -122,9 +122,16 @@ def test_plot_text_is_at_least_9_pt():
     fig = compare_pipelines([simulate_pipeline(4, 8, "gpipe"), s])
     texts = [t for ax in fig.axes for t in ax.texts] + list(fig.legends[0].get_texts())
     assert texts and min(t.get_fontsize() for t in texts) >= 9
-    # The wide backward boxes keep their numbers; the narrow forward ones lose them.
-    labelled = sum(1 for t in fig.axes[1].texts)
+    # At the phone-readable default width (~510 px at 110 dpi) the wide backward boxes keep
+    # their numbers and the narrow forward ones lose them, rather than shrinking the type.
+    assert round(fig.get_figwidth() * fig.dpi) == 506 and len(fig.axes) == 2  # stacked rows
+    gpipe = sum(1 for t in fig.axes[0].texts)
+    assert gpipe == 4 * 8  # every backward box of GPipe, none of its forward boxes
+    alone = s.plot()
+    assert alone.get_figwidth() == fig.get_figwidth()
+    labelled = sum(1 for t in alone.axes[0].texts)
     assert 0 < labelled < len(s.ops)
+    assert min(t.get_fontsize() for t in alone.axes[0].texts) >= 9
 
 
 @pytest.mark.parametrize("p, m, v", [(2, 4, 2), (4, 8, 2), (4, 16, 4), (4, 10, 3), (8, 8, 2)])
