@@ -1,7 +1,8 @@
 """The communication timeline of a `CommTrace`: backward Nodes against DDP's all-reduces.
 
-One panel per backward pass and per rank, stacked in one column (pass by pass, the ranks
-of a pass together), so the figure stays narrow enough for a phone. In a panel, time runs to the
+One panel per backward pass and per rank, stacked in one column (rank by rank, each
+rank's passes in order; `fig.axes` keeps the order of the former rows-by-columns grid),
+so the figure stays narrow enough for a phone. In a panel, time runs to the
 right in ms from the start of that backward pass; the top lane holds the autograd Nodes
 (AccumulateGrad, where a gradient becomes ready, in its own colour), and each lane below
 holds one bucket's all-reduce, from launch to completion. A dashed line marks the end of
@@ -165,9 +166,9 @@ def plot_comm(traces: Any, micro_steps: Sequence[int] | None = None,
     lanes = [1 + max((c.bucket + 1 for m in steps for c in t.calls_of(m)), default=0)
              for t in rows]
     heights = [0.45 + 0.34 * n for n in lanes]
-    # Panels in one column: for each backward pass, its ranks' panels one under the other.
-    panels = [(m, r) for m in steps for r in range(len(rows))]
-    panel_h = [heights[r] + 0.25 * (r == 0) for _, r in panels]  # room for a pass's title
+    # Panels in one column: rank by rank, each rank's backward passes one under the other.
+    panels = [(m, r) for r in range(len(rows)) for m in steps]
+    panel_h = [heights[r] + 0.25 for _, r in panels]  # room for the pass's title
     fig = plt.figure(figsize=(_WIDTH_IN, sum(panel_h) + 2.0 + 0.3 * (
                          micro_steps is None and len(rows[0].backwards) > len(steps))),
                      dpi=FIGURE_DPI,
@@ -187,13 +188,11 @@ def plot_comm(traces: Any, micro_steps: Sequence[int] | None = None,
         ax.set_yticks(range(lanes[r]))
         ax.set_yticklabels(_lane_labels(trace, steps, lanes[r]), fontsize=_SMALL)
         ax.set_ylabel(f"rank {trace.rank}", fontsize=10)
-        if r == 0:
-            ax.set_title(_panel_title(trace, bwd), fontsize=_SMALL)
-            first[m] = ax
-        else:  # one time axis per backward pass, shared by its ranks
+        ax.set_title(_panel_title(trace, bwd), fontsize=_SMALL)
+        if m in first:  # one time axis per backward pass, shared by its ranks
             ax.sharex(first[m])
-        if r < len(rows) - 1:
-            ax.tick_params(labelbottom=False)
+        else:
+            first[m] = ax
     for m in steps:
         span = max(_span_ms(t, b) for t in rows for b in t.backwards if b.micro_step == m)
         first[m].set_xlim(0, span * 1.05)
