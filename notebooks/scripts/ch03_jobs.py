@@ -58,11 +58,37 @@ def allreduces_per_step(device: torch.device, rank: int, how: str) -> dict:
     return {"calls": len(calls), "grad": model.module.weight.grad.tolist()}
 
 
+class OneBranch(nn.Module):
+    """Two Linears, of which forward uses only the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used, self.unused = nn.Linear(4, 1), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x)
+
+
+def unused_parameter(device: torch.device) -> dict:
+    """Two steps of DDP (find_unused_parameters=False) on a module with a parameter the
+    loss never touches: the first passes, the second forward raises."""
+    torch.manual_seed(0)
+    model = DDP(OneBranch().to(device))
+    xb = torch.randn(8, 4).to(device)
+    model(xb).sum().backward()                         # no error here
+    try:
+        model(xb)
+    except RuntimeError as exc:                        # raised at the next forward
+        return {"second_forward_error": str(exc).split(". ")[0]}
+    return {"second_forward_error": None}
+
+
 def main() -> None:
     ctx = init_distributed()
     report(nan_spreads(ctx.device, ctx.rank))
     report({"allreduces": {how: allreduces_per_step(ctx.device, ctx.rank, how)
                            for how in ("two calls", "sum")}})
+    report(unused_parameter(ctx.device))
 
 
 if __name__ == "__main__":
