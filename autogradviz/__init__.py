@@ -1,18 +1,23 @@
 """autogradviz: see what autograd does.
 
-Three layers, imports pointing down only (tests/test_architecture.py checks it):
+One folder per thing the book draws; inside each, three layers with imports pointing
+down only (tests/test_architecture.py checks it):
 
-* records.py: plain dataclass records and vocabularies, no torch;
-* recorders (hooks, dispatch modes, graph walks) that fill them: graph.py,
-  modules.py, live.py, stepper.py, module_graph.py, recorder.py, memory.py,
-  gradtrace.py, dispatch.py, storage.py, launch.py (torchrun jobs),
-  comm.py (DDP all-reduces); and, by arithmetic alone, planner.py (bytes per GPU
-  of a parallel layout) and pipeline.py (pipeline schedules, simulated);
-* views that read only records: render.py (DOT/SVG/PNG/HTML), rollup.py,
-  strips.py (strips, animation), module_view.py (module graphs), plots.py
-  (matplotlib), storage_view.py (storage/strides SVG), dispatch_view.py (op tables),
-  comm_view.py (all-reduce timelines), pipeline_view.py (pipeline stage lanes).
-  A record reaches its view through one lazy import per view.
+* graphs/: autograd graphs and module calls: `trace` (trace.py), `record_modules`,
+  `live`, `backward_order`, `trace_modules`, `roll_up`, and their drawings
+  (render.py: DOT/SVG/PNG/HTML; strips.py; module_view.py);
+* memory/: the one event recorder (recorder.py), `track_memory`/`estimate_memory`/
+  `compare_memory` (track.py), `trace_grads` (gradtrace.py), their plots (plots.py);
+* ops/: tensors and the dispatcher: `trace_dispatch`, `storage_map` and their views;
+* distributed/: `torchrun` jobs (launch.py), `record_comm` and `plot_comm`, the memory
+  planner, the pipeline simulator and its lanes, a Megatron-style layer shard;
+* at the top: records.py (what all domains share: `format_bytes`, `TensorMeta`),
+  style.py (figure settings), proof.py, versions.py, exercises.py.
+
+In a folder, records.py holds plain dataclass records and vocabularies (no torch), the
+recorders (hooks, dispatch modes, graph walks) fill them, and the views read only
+records. A record reaches its view through one lazy import per view. Folders import
+each other in one direction only: distributed -> graphs -> memory -> ops -> the top.
 
 Entry points are functions; the ones that watch a block of code are context
 managers that yield the record they fill (``with live(model) as lg:``).
@@ -20,32 +25,38 @@ Every public name is listed, with what it records or draws, in the README.
 """
 from __future__ import annotations
 
-from .comm import record_comm
-from .comm_view import plot_comm
-from .dispatch import trace_dispatch
-from .exercises import Verdict, check, verdict
-from .gradtrace import GRAD_ACTIONS, GRAD_EVENT_KINDS, trace_grads
-from .graph import trace
-from .launch import DistributedJobError, init_distributed, report, torchrun
-from .live import live
-from .memory import compare_memory, estimate_memory, track_memory
-from .module_graph import trace_modules
-from .modules import record_modules
-from .pipeline import simulate_pipeline
-from .pipeline_view import compare_pipelines
-from .planner import activation_bytes_per_layer, model_state_bytes, plan_memory
-from .proof import show_error, written_for
-from .records import (
-    CATEGORIES, DISPATCH_PHASES, PHASES, BackwardOrder, DispatchEvent, DispatchTrace, GradEvent,
-    GradTraceRecord, Graph, GraphNode, LiveGraph, MemoryPlan, MemoryRecord, MemorySample,
-    ModelStateBytes, ModuleGraph, ModuleRecord, PipelineOp, PipelineSchedule, PythonCall, Step,
-    StorageBlock, StorageMap,
-    CommCall, CommOverlap, CommTrace, DistributedRun, TensorLayout, format_bytes,
+from .distributed.comm import record_comm
+from .distributed.comm_view import plot_comm
+from .distributed.launch import DistributedJobError, init_distributed, report, torchrun
+from .distributed.pipeline import simulate_pipeline
+from .distributed.pipeline_view import compare_pipelines
+from .distributed.planner import activation_bytes_per_layer, model_state_bytes, plan_memory
+from .distributed.records import (
+    CommCall, CommOverlap, CommTrace, DistributedRun, MemoryPlan, ModelStateBytes, PipelineOp,
+    PipelineSchedule,
 )
-from .render import SVG, GraphvizNotFound, LayoutPolicy, LayoutTimeout
-from .rollup import roll_up
-from .stepper import backward_order
-from .storage import storage_map
+from .exercises import Verdict, check, verdict
+from .graphs.backward_order import backward_order
+from .graphs.live import live
+from .graphs.module_graph import trace_modules
+from .graphs.modules import record_modules
+from .graphs.records import (
+    BackwardOrder, Graph, GraphNode, LiveGraph, ModuleGraph, ModuleRecord, Step,
+)
+from .graphs.render import SVG, GraphvizNotFound, LayoutPolicy, LayoutTimeout
+from .graphs.rollup import roll_up
+from .graphs.trace import trace
+from .memory.gradtrace import GRAD_ACTIONS, GRAD_EVENT_KINDS, trace_grads
+from .memory.records import CATEGORIES, PHASES, GradEvent, GradTraceRecord, MemoryRecord, MemorySample
+from .memory.track import compare_memory, estimate_memory, track_memory
+from .ops.dispatch import trace_dispatch
+from .ops.records import (
+    DISPATCH_PHASES, DispatchEvent, DispatchTrace, PythonCall, StorageBlock, StorageMap,
+    TensorLayout,
+)
+from .ops.storage import storage_map
+from .proof import show_error, written_for
+from .records import format_bytes
 from .versions import VERSION_FACTS, VersionFact, outcome, version_fact
 
 __all__: list[str] = [

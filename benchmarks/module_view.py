@@ -32,9 +32,9 @@ import torch.nn as nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from graph_scale import GPT, GPTConfig  # noqa: E402  (the one definition of the GPT case)
 
-from autogradviz import render  # noqa: E402
-from autogradviz.module_graph import trace_modules  # noqa: E402
-from autogradviz.module_view import drawn_nodes, render_svg, to_dot  # noqa: E402
+from autogradviz.graphs import render  # noqa: E402
+from autogradviz.graphs.module_graph import trace_modules  # noqa: E402
+from autogradviz.graphs.module_view import drawn_nodes, render_svg, to_dot  # noqa: E402
 
 
 class Unrolled(nn.Module):

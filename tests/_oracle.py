@@ -1,4 +1,4 @@
-"""An independent walk over grad_fn.next_functions, written apart from autogradviz.graph.
+"""An independent walk over grad_fn.next_functions, written apart from autogradviz.graphs.trace.
 
 Depth-first with an explicit stack and a set of Nodes: a different traversal from the
 package's breadth-first walk, so a bug in one is unlikely to be repeated in the other.

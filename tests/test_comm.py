@@ -20,7 +20,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import autogradviz as agv
-from autogradviz.records import BackwardPass, NodeSpan
+from autogradviz.distributed.records import BackwardPass, NodeSpan
 
 SCRIPT = Path(__file__).resolve().parent / "dist_scripts" / "comm_steps.py"
 
@@ -224,7 +224,7 @@ def test_plot_each_panel_own_axis_and_bucket_bytes():
 
 
 def test_plot_says_which_passes_it_leaves_out():
-    from autogradviz.comm_view import MAX_PANELS
+    from autogradviz.distributed.comm_view import MAX_PANELS
 
     t = many_passes(MAX_PANELS + 3)
     fig = agv.plot_comm(t)

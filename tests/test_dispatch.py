@@ -18,8 +18,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from autogradviz.dispatch import trace_dispatch
-from autogradviz.records import DISPATCH_PHASES, DispatchTrace
+from autogradviz.ops.dispatch import trace_dispatch
+from autogradviz.ops.records import DISPATCH_PHASES, DispatchTrace
 
 
 def _fx_ops(f, *args) -> list[str]:
@@ -284,7 +284,7 @@ def test_tables_show_every_event_and_the_record_pickles():
 
 
 def test_compact_table_fits_a_page_and_keeps_every_op():
-    from autogradviz.dispatch_view import short_op
+    from autogradviz.ops.dispatch_view import short_op
 
     x, w, b = _linear_args()
     with trace_dispatch() as dt:

@@ -11,7 +11,7 @@ two ranks in one torchrun job (tests/dist_scripts/faithful_comm.py, marked slow)
 
 Why this exists: saved-tensor hooks switch off autograd's in-place version check, so
 a memory recorder built on them once returned wrong gradients where torch raises.
-With the check removed from `autogradviz.recorder._Saved`'s unpack, the in-place rows
+With the check removed from `autogradviz.memory.recorder._Saved`'s unpack, the in-place rows
 of ``track_memory`` fail here.
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import autogradviz as agv
-from autogradviz import launch
+from autogradviz.distributed import launch
 
 SCRIPTS = Path(__file__).resolve().parent / "dist_scripts"
 ALLREDUCE = SCRIPTS / "allreduce.py"

@@ -14,7 +14,7 @@ from _oracle import reachable
 
 
 # The package exports the function `live`, which shadows the module of the same name.
-live_mod = importlib.import_module("autogradviz.live")
+live_mod = importlib.import_module("autogradviz.graphs.live")
 
 
 def _model():

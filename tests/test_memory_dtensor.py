@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 import autogradviz as agv
-from autogradviz.module_graph import trace_modules
-from autogradviz.storage import held_storage
+from autogradviz.graphs.module_graph import trace_modules
+from autogradviz.ops.storage import held_storage
 
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():

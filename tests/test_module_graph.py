@@ -12,9 +12,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autogradviz.module_graph import trace_modules
-from autogradviz.module_view import drawn_nodes, to_dot
-from autogradviz.records import ModuleGraph
+from autogradviz.graphs.module_graph import trace_modules
+from autogradviz.graphs.module_view import drawn_nodes, to_dot
+from autogradviz.graphs.records import ModuleGraph
 
 
 # --------------------------------------------------------------------------- oracle
@@ -351,7 +351,7 @@ def test_block_applied_repeatedly_rolls_into_one_cluster() -> None:
 def test_layout_timeout_is_a_package_error_naming_the_fix() -> None:
     import subprocess
 
-    from autogradviz import render
+    from autogradviz.graphs import render
 
     g = trace_modules(Unrolled(), torch.randn(5, 4, 8))
     render._run_dot.cache_clear()  # a cached layout would not time out

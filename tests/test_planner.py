@@ -172,7 +172,7 @@ def test_planner_needs_no_torch():
         "root = pathlib.Path(sys.argv[1])\n"
         "pkg = types.ModuleType('autogradviz'); pkg.__path__ = [str(root)]\n"
         "sys.modules['autogradviz'] = pkg\n"
-        "import autogradviz.planner as p\n"
+        "import autogradviz.distributed.planner as p\n"
         "assert round(p.model_state_bytes(7.5e9, dp=64, zero=3).total / 1e9, 3) == 1.875\n"
         "assert 'torch' not in sys.modules\n"
     )

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import autogradviz as av
-from autogradviz.recorder import StorageLedger
+from autogradviz.memory.recorder import StorageLedger
 
 
 def test_views_share_one_storage() -> None:

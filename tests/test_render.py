@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 import autogradviz as av
-from autogradviz import render
+from autogradviz.graphs import render
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` not installed")
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import autogradviz as av
-import autogradviz.stepper as stepper
+import autogradviz.graphs.backward_order as stepper
 from _oracle import reachable, start_nodes
 
 
@@ -152,7 +152,7 @@ def test_strip_is_a_grid(per_row):
 
 
 def test_strip_frames_keep_their_natural_size_unless_capped():
-    from autogradviz.strips import compose_strip
+    from autogradviz.graphs.strips import compose_strip
 
     tall = '<svg width="100pt" height="600pt" viewBox="0 0 100 600"></svg>'
     short = '<svg width="80pt" height="50pt" viewBox="0 0 80 50"></svg>'

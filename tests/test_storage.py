@@ -9,9 +9,9 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch
 
-from autogradviz.records import MAX_STORAGE_ELEMENTS, StorageMap
-from autogradviz.storage import storage_map
-from autogradviz.storage_view import render_storage_svg
+from autogradviz.ops.records import MAX_STORAGE_ELEMENTS, StorageMap
+from autogradviz.ops.storage import storage_map
+from autogradviz.ops.storage_view import render_storage_svg
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 

@@ -17,9 +17,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import autogradviz as av
-from autogradviz import render
-from autogradviz.graph import function_name
-from autogradviz.rollup import LOOP
+from autogradviz.graphs import render
+from autogradviz.graphs.trace import function_name
+from autogradviz.graphs.rollup import LOOP
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` not installed")
 

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from autogradviz import init_distributed, report
-from autogradviz.launch import DistributedContext
+from autogradviz.distributed.launch import DistributedContext
 
 PAIRS_PER_RANK, IMG_DIM, TXT_DIM, EMB_DIM = 4, 6, 5, 3
 

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from autogradviz import init_distributed, report, trace_grads
-from autogradviz.launch import DistributedContext
+from autogradviz.distributed.launch import DistributedContext
 
 SEQ_LEN, FEATURES, VOCAB = 9, 4, 7
 VALID = ((3, 9), (5, 1))      # real tokens per micro-batch, for rank 0 and rank 1

@@ -51,11 +51,12 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _cu
 from torch.utils._pytree import tree_leaves
 
 from .records import CATEGORIES, MemoryRecord, Phase
-from .storage import held_storage
+from ..ops.storage import held_storage
 
 __all__ = [
     "StorageLedger",
     "TrainingHooks",
+    "own_saved_tensor",
     "tensors_in",
 ]
 
@@ -188,6 +189,15 @@ class _Held:
     def __del__(self) -> None:
         for ledger, e in self.tickets:
             ledger._unsave(e)
+
+
+def own_saved_tensor(packed: Any) -> torch.Tensor | None:
+    """The tensor inside a value packed by this recorder's saved-tensor hooks, or None
+    for anything else packed (a checkpoint handle, save_on_cpu's copy): the graph trace
+    sees through the package's own tickets without running anyone's unpack hook."""
+    while type(packed) is _Held:
+        packed = packed.packed
+    return packed.tensor if type(packed) is _Saved else None
 
 
 class _Watch(weakref.ref):

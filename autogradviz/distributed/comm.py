@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._pytree import tree_leaves
 
-from .graph import GraphWalk, root_node
+from ..graphs.trace import GraphWalk, root_node
 from .records import BackwardPass, CommCall, CommTrace, NodeSpan
 
 __all__ = ["CommCall", "CommTrace", "record_comm"]

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .graph import GraphWalk
+from .trace import GraphWalk
 from .modules import record_modules, tensors_in
 from .records import LiveGraph
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .graph import GraphWalk, Params, as_roots, root_node
+from .trace import GraphWalk, Params, as_roots, root_node
 from .records import BackwardOrder, Step
 
 __all__ = ["backward_order"]

@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .records import CATEGORIES, PHASES, byte_unit, format_bytes
+from ..records import byte_unit, format_bytes
+from ..style import FIGURE_DPI, PHONE_WIDTH_IN, SMALL_PT
+from .records import CATEGORIES, PHASES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -41,13 +43,7 @@ PHASE_COLORS: dict[Phase, str] = {
     "zero_grad": "#b2df8a",
     "other": "#ffffff",
 }
-#: Resolution of the figures these views create (a figure passed in via ``ax`` keeps its own).
-FIGURE_DPI = 110
-#: Default width of the views' figures: 4.6 in is 506 px at FIGURE_DPI. A 390 px phone gives
-#: a figure about 350 px, so it shows at 69% of its natural width and 9 pt text stays above
-#: 9 px; on a desktop page (~730 px) it shows at full size.
-PHONE_WIDTH_IN = 4.6
-_SMALL = 9  # pt: the smallest text drawn (legends, the peak note)
+_SMALL = SMALL_PT  # the smallest text drawn (legends, the peak note)
 
 
 def _new_axes(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:

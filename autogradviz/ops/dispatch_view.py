@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: the record reaches this module lazily
-    from .records import DispatchEvent, DispatchTrace, TensorMeta
+    from ..records import TensorMeta
+    from .records import DispatchEvent, DispatchTrace
 
 __all__ = ["text_table", "html_table", "groups", "shapes_text", "short_op", "short_call",
            "HEADERS", "COMPACT_HEADERS"]

@@ -64,6 +64,8 @@ __all__ = [
     "LayoutPolicy",
     "choose_policy",
     "to_dot",
+    "dot_to_svg",
+    "clean_svg",
     "render_svg",
     "render_png",
     "render_html",
@@ -495,6 +497,16 @@ def _run_dot(exe: str, dot: str, fmt: str, timeout: float) -> bytes:
             f"dot failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[:500]}"
         )
     return proc.stdout
+
+
+def dot_to_svg(dot: str, *, timeout: float = 30.0) -> str:
+    """Lay out DOT text with Graphviz `dot` and return the cleaned SVG (`clean_svg`).
+
+    The one way a view of this package turns its own DOT text into SVG: the same
+    cached runner as `render_svg`, so a repeated drawing is laid out once. Raises
+    `GraphvizNotFound` without `dot` and `LayoutTimeout` past `timeout` seconds.
+    """
+    return clean_svg(_run_dot(_dot_binary(), dot, "svg", timeout).decode())
 
 
 def _short(name: str, limit: int = 60) -> str:

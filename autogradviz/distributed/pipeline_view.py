@@ -15,6 +15,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..style import FIGURE_DPI, PHONE_WIDTH_IN, SMALL_PT
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -23,12 +25,11 @@ if TYPE_CHECKING:
 
 __all__ = ["compare_pipelines", "plot_pipeline"]
 
-FIGURE_DPI = 110
-_WIDTH_IN = 4.6  # inches: ~510 px at 110 dpi; a phone's ~350 px column shows it at >= 65%
+_WIDTH_IN = PHONE_WIDTH_IN  # ~510 px at 110 dpi; a phone's ~350 px column shows it at >= 65%
 # (forward, backward) fill per model chunk; later chunks lighter.
 _FILLS = (("#4c72b0", "#dd8452"), ("#a5bbdd", "#efc1a1"), ("#d2ddee", "#f7e0d0"))
 _IDLE = "#e6e6e6"
-_LABEL_PT = 9  # the one size of the microbatch numbers
+_LABEL_PT = SMALL_PT  # the one size of the microbatch numbers
 
 
 def _fill(kind: str, chunk: int) -> str:

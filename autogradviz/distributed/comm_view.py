@@ -27,8 +27,9 @@ import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .plots import FIGURE_DPI
-from .records import CommTrace, format_bytes
+from ..records import format_bytes
+from ..style import FIGURE_DPI, PHONE_WIDTH_IN, SMALL_PT
+from .records import CommTrace
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -40,8 +41,8 @@ __all__ = ["MAX_PANELS", "plot_comm"]
 
 #: Backward passes drawn by default; more would make the stacked figure too tall to follow.
 MAX_PANELS = 6
-_WIDTH_IN = 4.6  # ~510 px at 110 dpi: a phone's ~350 px column shows it at >= 65%
-_SMALL = 9  # pt
+_WIDTH_IN = PHONE_WIDTH_IN  # ~510 px at 110 dpi: a phone's ~350 px column shows it at >= 65%
+_SMALL = SMALL_PT
 NODE_COLOR = "#9a9a9a"
 READY_COLOR = "#55a868"  # AccumulateGrad: the gradient is ready for its bucket
 COMM_COLOR = "#4c72b0"

@@ -24,7 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .records import ModuleCall, ModuleGraph, OpCall, TensorMeta
+from ..records import TensorMeta
+from .records import ModuleCall, ModuleGraph, OpCall
+from .render import LayoutTimeout, dot_to_svg
 
 __all__ = ["to_dot", "render_svg", "drawn_nodes", "DIRECTIONS"]
 
@@ -323,14 +325,11 @@ def drawn_nodes(dot: str) -> int:
 def render_svg(graph: ModuleGraph, *, rollup: bool = True, direction: str = "TB",
                timeout: float = 30.0) -> str:
     """SVG text through Graphviz `dot` (the package's runner and SVG clean-up)."""
-    from . import render  # dot binary lookup, cached runner, SVG clean-up
-
     dot = to_dot(graph, rollup=rollup, direction=direction)
     try:
-        svg = render._run_dot(render._dot_binary(), dot, "svg", timeout)
-    except render.LayoutTimeout as err:
+        return dot_to_svg(dot, timeout=timeout)
+    except LayoutTimeout as err:
         fix = ("record fewer calls with trace_modules(model, ..., depth=1)"
                + ("" if rollup else ", draw repeated calls once with .svg(rollup=True)")
                + ", or pass a larger .svg(timeout=...); .to_dot() gives the text without a layout")
-        raise render.LayoutTimeout(f"{err}; {fix}") from None
-    return render.clean_svg(svg.decode())
+        raise LayoutTimeout(f"{err}; {fix}") from None

@@ -26,7 +26,8 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import keystr, tree_flatten_with_path
 
-from .records import DispatchEvent, DispatchPhase, DispatchTrace, PythonCall, TensorMeta
+from ..records import TensorMeta
+from .records import DispatchEvent, DispatchPhase, DispatchTrace, PythonCall
 
 __all__ = ["trace_dispatch", "DispatchTrace", "DispatchEvent", "PythonCall", "dispatch_keys"]
 

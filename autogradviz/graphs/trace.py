@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from .records import Graph, GraphNode, Kind, ModuleRecord, SavedState
-from .storage import held_storage
+from ..ops.storage import held_storage
 
 __all__ = ["trace", "function_name", "GraphWalk"]
 
@@ -131,11 +131,9 @@ def _own_packed_tensor(packed: Any) -> torch.Tensor | None:
     block identical to one traced outside. Anything else packed (checkpoint's handle,
     save_on_cpu's copy) stays "packed": reading it would mean running user code.
     """
-    from .recorder import _Held, _Saved  # lazy: the memory side's recorder, read-only here
+    from ..memory.recorder import own_saved_tensor  # lazy: the memory side's recorder
 
-    while type(packed) is _Held:
-        packed = packed.packed
-    return packed.tensor if type(packed) is _Saved else None
+    return own_saved_tensor(packed)
 
 
 def _read_saved(node: Any, attr: str) -> list[_SavedInfo]:

@@ -1,0 +1,2 @@
+"""Tensors and the dispatcher: `trace_dispatch` and `storage_map`, their records
+and their views."""
