@@ -313,3 +313,10 @@ def test_rank_that_raised_is_blamed_while_its_peer_waits_in_a_collective():
         if "rank 0:" in message:  # rank 0 raised before torchrun stopped it
             assert "rank 0: lost its peer after rank 1 failed" in message, (attempt, message)
         assert survivors(mark) == []
+
+
+def test_jobs_put_this_checkout_first_on_the_path():
+    """The package lies one folder below the checkout (autogradviz/distributed/): the
+    root that rank processes import from is the checkout that holds this package."""
+    assert (launch._REPO_ROOT / "autogradviz" / "__init__.py").is_file()
+    assert Path(launch.__file__).resolve().is_relative_to(launch._REPO_ROOT)

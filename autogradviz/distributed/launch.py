@@ -49,7 +49,7 @@ RESULTS_ENV = "AUTOGRADVIZ_RESULTS"
 KILL_GRACE_S = 3.0
 _ERROR_LINES = 6  # lines of a rank's Python error quoted in DistributedJobError
 _LOG_TAIL = 15  # lines of torchrun's output quoted when no rank's error can be found
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]  # autogradviz/distributed/launch.py
 
 
 class DistributedJobError(RuntimeError):
