@@ -47,7 +47,9 @@ from .graphs.render import SVG, GraphvizNotFound, LayoutPolicy, LayoutTimeout
 from .graphs.rollup import roll_up
 from .graphs.trace import trace
 from .memory.gradtrace import GRAD_ACTIONS, GRAD_EVENT_KINDS, trace_grads
-from .memory.records import CATEGORIES, PHASES, GradEvent, GradTraceRecord, MemoryRecord, MemorySample
+from .memory.records import (
+    CATEGORIES, PHASES, GradEvent, GradTraceRecord, MemoryRecord, MemorySample,
+)
 from .memory.track import compare_memory, estimate_memory, track_memory
 from .ops.dispatch import trace_dispatch
 from .ops.records import (

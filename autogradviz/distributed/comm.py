@@ -12,7 +12,7 @@ Inside a rank script (launched with `autogradviz.torchrun`)::
         opt.step()
     agv.report({"comm": comm.to_dict()})
 
-Two kinds of hooks fill the `CommTrace` (`autogradviz.records`):
+Two kinds of hooks fill the `CommTrace` (`autogradviz.distributed.records`):
 
 * a DDP communication hook (``ddp.register_comm_hook``) doing what DDP's default does,
   divide the bucket by the world size and ``all_reduce`` it asynchronously, and writing

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 # --- memory-plan records -----------------------------------------------------
-# Filled by `autogradviz.planner` (arithmetic only, no torch): the bytes one GPU holds for
+# Filled by `planner.py` (arithmetic only, no torch): the bytes one GPU holds for
 # a training layout. Decimal units (1 GB = 1e9 B), as the ZeRO and Megatron papers use.
 
 #: What `plan_memory` recomputes in backward instead of storing (Korthikanti et al. 2022):
@@ -143,7 +143,7 @@ class MemoryPlan:
 
 
 # --- distributed job records -------------------------------------------------
-# Filled by `autogradviz.launch` (`torchrun`): what a multi-process job left behind, read
+# Filled by `launch.py` (`torchrun`): what a multi-process job left behind, read
 # back from one JSON file per rank. Plain Python values only.
 
 
@@ -186,8 +186,8 @@ class DistributedRun:
 
 
 # --- pipeline schedule records -----------------------------------------------
-# Filled by `autogradviz.pipeline` (`simulate_pipeline`, no torch), drawn by
-# `autogradviz.pipeline_view`: every forward and backward pass of every microbatch on every
+# Filled by `pipeline.py` (`simulate_pipeline`, no torch), drawn by
+# `pipeline_view.py`: every forward and backward pass of every microbatch on every
 # pipeline stage, with the times the simulation gave it. Quantities such as the bubble are
 # read off these times, never from a closed form.
 
@@ -307,8 +307,8 @@ class PipelineSchedule:
 
 
 # --- communication records ---------------------------------------------------
-# Filled by `autogradviz.comm` (`record_comm`) inside a rank of a DDP job, drawn by
-# `autogradviz.comm_view`. Times are seconds since the recording started (`t0_unix` is
+# Filled by `comm.py` (`record_comm`) inside a rank of a DDP job, drawn by
+# `comm_view.py`. Times are seconds since the recording started (`t0_unix` is
 # that moment on the host's clock, so ranks of one host can be aligned). Plain values
 # only: a rank sends `trace.to_dict()` through `report`, the notebook rebuilds it.
 

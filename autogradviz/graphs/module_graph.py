@@ -39,9 +39,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import keystr, tree_flatten_with_path
 from torch.utils.weak import WeakIdKeyDictionary
 
+from ..ops.storage import held_storage
 from ..records import TensorMeta
 from .records import FlowEdge, FlowKind, ModuleCall, ModuleGraph, OpCall
-from ..ops.storage import held_storage
 
 __all__ = ["trace_modules"]
 

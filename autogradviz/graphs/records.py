@@ -12,9 +12,10 @@ from typing import Any, Literal, get_args
 from ..records import TensorMeta, format_bytes
 
 # --- graph -------------------------------------------------------------------
-# Records of an autograd graph (filled by graph.py, modules.py, live.py, stepper.py)
-# and drawn by render.py / strips.py. Edge direction: ``(src, dst)`` means ``dst`` is
-# in ``src.next_functions``, the direction gradients flow during ``backward()``.
+# Records of an autograd graph (filled by trace.py, modules.py, live.py,
+# backward_order.py) and drawn by render.py / strips.py. Edge direction: ``(src, dst)``
+# means ``dst`` is in ``src.next_functions``, the direction gradients flow during
+# ``backward()``.
 
 #: What a drawn record stands for. Autograd Nodes are all "function"; the rest are tensors:
 #: "param" a leaf named by `params`, "leaf" an unnamed leaf that requires grad, "saved" a
@@ -115,7 +116,7 @@ class Graph:
     # Views: each method reaches render.py through `_views()`, the one lazy import of
     # this record (render.py imports records.py, so a module-level import would be a cycle).
     def to_dot(self, **options: Any) -> str:
-        """DOT text; options as `autogradviz.render.to_dot` (group_modules, depth, ...)."""
+        """DOT text; options as `autogradviz.graphs.render.to_dot` (group_modules, depth, ...)."""
         return _views().to_dot(self, **options)
 
     def svg(self, **options: Any) -> str:

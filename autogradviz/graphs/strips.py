@@ -1,7 +1,7 @@
 """Views over several drawings: frame strips (a grid of SVGs) and the backward animation.
 
-Reads records only (`BackwardOrder`, `LiveGraph` from :mod:`autogradviz.records`) and
-draws through :mod:`autogradviz.render`. A strip is one SVG, so a static page shows it
+Reads records only (`BackwardOrder`, `LiveGraph` from :mod:`autogradviz.graphs.records`) and
+draws through :mod:`autogradviz.graphs.render`. A strip is one SVG, so a static page shows it
 without JavaScript; frames go `per_row` to a row (2 by default) so a strip of
 several frames stays legible at page width.
 """

@@ -2,8 +2,8 @@
 
 `trace()` walks ``grad_fn.next_functions`` from the roots, iteratively (an
 unrolled RNN is thousands of Nodes deep), and copies what it sees into the
-`GraphNode` records of :mod:`autogradviz.records`. Views (DOT, SVG, HTML in
-:mod:`autogradviz.render`) read only these records and never reach back into torch.
+`GraphNode` records of :mod:`autogradviz.graphs.records`. Views (DOT, SVG, HTML in
+:mod:`autogradviz.graphs.render`) read only these records and never reach back into torch.
 
 The walk is `GraphWalk`: `trace()` runs it once, `backward_order()` runs it once
 and keeps its Node index for the pre-hooks, and `live()` extends one walk as the
@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
-from .records import Graph, GraphNode, Kind, ModuleRecord, SavedState
 from ..ops.storage import held_storage
+from .records import Graph, GraphNode, Kind, ModuleRecord, SavedState
 
 __all__ = ["trace", "function_name", "GraphWalk"]
 
@@ -127,7 +127,7 @@ def _own_packed_tensor(packed: Any) -> torch.Tensor | None:
     """The tensor inside a value packed by the package's own saved-tensor hooks.
 
     `track_memory` and friends pack every saved tensor into a ticket that holds the
-    tensor itself (recorder.py); seeing through it keeps a graph traced inside their
+    tensor itself (memory/recorder.py); seeing through it keeps a graph traced inside their
     block identical to one traced outside. Anything else packed (checkpoint's handle,
     save_on_cpu's copy) stays "packed": reading it would mean running user code.
     """

@@ -4,8 +4,8 @@ all-reduce did to every parameter's ``.grad``.
 ``.grad`` is a running sum: the first backward after it is ``None`` creates it,
 every later one adds into it, and only ``zero_grad`` (zeroing in place, or
 setting it to ``None``) starts the sum again. `trace_grads` records exactly that,
-per parameter and per backward, from the hooks in `autogradviz.recorder`, into a
-`GradTraceRecord` (`autogradviz.records`).
+per parameter and per backward, from the hooks in `autogradviz.memory.recorder`, into a
+`GradTraceRecord` (`autogradviz.memory.records`).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Matplotlib views of memory and gradient records.
 
-They read the dataclass records of `autogradviz.records` only: nothing here imports torch
+They read the dataclass records of `autogradviz.memory.records` only: nothing here imports torch
 or a recorder, so a pickled record draws in a process without torch. Byte counts are
 written by `records.format_bytes`, the package's one byte formatter, and axes are scaled
 by `records.byte_unit`, which picks the same unit.

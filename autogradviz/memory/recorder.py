@@ -10,14 +10,14 @@ Two parts, both plain recording with no drawing:
 * `StorageLedger` is a ``TorchDispatchMode`` that sees every aten op's outputs
   and keeps one entry per live untyped storage, so bytes are exact even when many
   views share a storage. A DTensor counts as the storage of its local shard,
-  all that this process holds (`autogradviz.storage.held_storage`). A weak
+  all that this process holds (`autogradviz.ops.storage.held_storage`). A weak
   reference on each storage reports its free the moment it happens. A
   ``saved_tensors_hooks`` pair counts how many autograd nodes hold each
   storage, which is what "activation" means here. Its samples go straight into
-  a `MemoryRecord` (`autogradviz.records`).
+  a `MemoryRecord` (`autogradviz.memory.records`).
 
-Layering: `autogradviz.records` (plain dataclasses and vocabularies) below, this
-module and the recorders that use it in the middle, `autogradviz.plots` (matplotlib,
+Layering: `autogradviz.memory.records` (plain dataclasses and vocabularies) below, this
+module and the recorders that use it in the middle, `autogradviz.memory.plots` (matplotlib,
 no torch) on top, reached from a record's ``plot()``.
 
 Saved-tensor hook pairs do not stack: autograd runs only the innermost pair.
@@ -50,8 +50,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _current_modes
 from torch.utils._pytree import tree_leaves
 
-from .records import CATEGORIES, MemoryRecord, Phase
 from ..ops.storage import held_storage
+from .records import CATEGORIES, MemoryRecord, Phase
 
 __all__ = [
     "StorageLedger",

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 # --- memory and gradient records ---------------------------------------------
-# Filled by `autogradviz.memory` and `autogradviz.gradtrace` while their with-blocks run,
-# drawn by `autogradviz.plots`. Plain Python values only, so a finished record pickles and
+# Filled by `track.py` and `gradtrace.py` while their with-blocks run,
+# drawn by `plots.py`. Plain Python values only, so a finished record pickles and
 # draws in a process without torch.
 
 #: Where a live byte belongs. The order is the precedence (highest first: a weight saved for

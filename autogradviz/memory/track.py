@@ -12,7 +12,7 @@ freed. Tensors that existed before the ``with`` are counted when they are
 parameters, buffers (as "parameter"), grads, optimizer state, model inputs or
 saved for backward; other older tensors are not. Kernel-internal scratch space
 that never becomes a tensor is invisible to the dispatcher and is not counted.
-See `autogradviz.recorder` for the category precedence.
+See `autogradviz.memory.recorder` for the category precedence.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from typing import Any, Literal, get_args
 from ..records import TensorMeta, format_bytes
 
 # --- storage records ---------------------------------------------------------
-# Filled by `autogradviz.storage` (`storage_map`), drawn by `autogradviz.storage_view`:
+# Filled by `storage.py` (`storage_map`), drawn by `storage_view.py`:
 # one flat buffer of elements, and each tensor as a rule for reading it (shape, stride,
 # offset). The element values are copied out as plain Python numbers, so the record
 # pickles and draws without torch.
@@ -107,7 +107,7 @@ class StorageMap:
     # the record never loads drawing code it does not use.
     def svg(self, **options: Any) -> str:
         """SVG text drawn by the package itself (no Graphviz); options as
-        `autogradviz.storage_view.render_storage_svg` (`max_width`)."""
+        `autogradviz.ops.storage_view.render_storage_svg` (`max_width`)."""
         return _storage_view().render_storage_svg(self, **options)
 
     def _repr_svg_(self) -> str:
@@ -125,7 +125,7 @@ def _storage_view() -> Any:
 
 
 # --- dispatch trace records --------------------------------------------------
-# Filled by `autogradviz.dispatch` (`trace_dispatch`), drawn by `autogradviz.dispatch_view`:
+# Filled by `dispatch.py` (`trace_dispatch`), drawn by `dispatch_view.py`:
 # the Python-level calls a TorchFunctionMode saw, and the ATen ops a TorchDispatchMode saw
 # below autograd, each tied to the call it ran under. Strings and tuples only.
 
