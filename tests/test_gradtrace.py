@@ -79,8 +79,8 @@ def test_zero_grad_and_step_events() -> None:
     cleared = [e for e in trace.events if e.kind == "zero_grad" and e.micro_step == 2]
     assert all(e.action == "set_to_none" and e.norm is None and e.nbytes == 0 for e in cleared)
     assert all(p.grad is None for p in model.parameters())
-    assert {e.kind for e in trace.events} <= set(av.records.GRAD_EVENT_KINDS)
-    assert {e.action for e in trace.events} == {*av.records.GRAD_ACTIONS, None}
+    assert {e.kind for e in trace.events} <= set(av.GRAD_EVENT_KINDS)
+    assert {e.action for e in trace.events} == {*av.GRAD_ACTIONS, None}
     # Hooks and wrappers are gone after the block.
     assert "zero_grad" not in vars(opt) and "zero_grad" not in vars(model)
     model(x).sum().backward()

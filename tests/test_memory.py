@@ -367,7 +367,7 @@ def test_plot_and_compare() -> None:
     assert isinstance(fig, Figure)
     ax = fig.axes[0]
     # The axis unit and the peak note agree with the package's one byte formatter.
-    peak_text = av.records.format_bytes(runs["large"].peak_bytes)
+    peak_text = av.format_bytes(runs["large"].peak_bytes)
     assert ax.get_ylabel() == f"live memory ({peak_text.split()[1]})" and ax.get_title() == "t"
     assert any(f"peak {peak_text}" in t.get_text() for t in ax.texts)
     both = av.compare_memory(runs)
