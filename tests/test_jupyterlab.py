@@ -378,8 +378,11 @@ def test_a_wrong_answer_is_reported_wrong_in_jupyterlab(lab, browser, how: str) 
                              new_code_cell(solution.source, metadata=solution.metadata),
                              new_code_cell(check.source, metadata=check.metadata)])
     nb.metadata = full.metadata
-    # A scratch notebook under the served root (the server serves nothing else), removed after.
-    name = f"zz_exercise_{how}_{secrets.token_hex(4)}.ipynb"
+    # A scratch notebook under the served root (the server serves nothing else), in a folder
+    # of its own: tests running beside this one read notebooks/*.ipynb as the chapter list.
+    folder = f"zz_scratch_{how}_{secrets.token_hex(4)}"
+    name = f"{folder}/exercise.ipynb"
+    server.call("PUT", f"/api/contents/{folder}", {"type": "directory"})
     server.call("PUT", f"/api/contents/{name}", {"type": "notebook", "format": "json",
                                                   "content": json.loads(nbformat.writes(nb))})
     context = browser.new_context(viewport={"width": 1300, "height": 900})
@@ -417,3 +420,4 @@ def test_a_wrong_answer_is_reported_wrong_in_jupyterlab(lab, browser, how: str) 
         context.close()
         server.shut_down_sessions()
         server.call("DELETE", f"/api/contents/{name}")
+        server.call("DELETE", f"/api/contents/{folder}")
