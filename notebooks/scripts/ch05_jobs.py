@@ -1,0 +1,124 @@
+"""Chapter 5: the two-rank proofs of Q24 and Q26 in one torchrun job.
+
+    torchrun --standalone --nproc_per_node=2 notebooks/scripts/ch05_jobs.py
+
+clip (Q26): the same 3-layer MLP three ways on the same data: unsharded on one process
+(the reference, on the two ranks' batches together), under DDP, and under FSDP2 with
+`fully_shard` on every Linear and on the root. Each rank reports, for
+`clip_grad_norm_`: the type of the returned norm, its placements, its local value, its
+`full_tensor()`, the reference's norm, the largest gap between its clipped gradients
+and the reference's, and the collectives `CommDebugMode` saw inside the call.
+
+init (Q24): the MLP built on the meta device, sharded, materialised with `to_empty` and
+re-initialised with `reset_parameters` under one seed; each rank reports its local
+shard of the first weight and whether the gathered weights equal an unsharded model
+initialised under the same seed (on CPU DTensor has no RNG tracker, so they do not).
+
+Run it from the notebooks/ folder with
+    agv.torchrun("scripts/ch05_jobs.py", nproc=2)
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.nn.utils import clip_grad_norm_
+
+from autogradviz import init_distributed, report
+
+MAX_NORM = 1.0
+LAYERS = (0, 2, 4)
+
+
+def mlp() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                         nn.Linear(16, 4))
+
+
+def data(rank: int) -> tuple:
+    gen = torch.Generator().manual_seed(500 + rank)
+    return torch.randn(6, 8, generator=gen) * 10, torch.randn(6, 4, generator=gen)
+
+
+def grads(model: nn.Module) -> list:
+    return [p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+            for p in model.parameters()]
+
+
+def clip(ctx) -> dict:
+    torch.manual_seed(26)
+    base = mlp()
+    world = ctx.world_size
+    # Reference: one process, the loss averaged over every rank's batch.
+    reference = copy.deepcopy(base)
+    sum(F.mse_loss(reference(x), y) for x, y in map(data, range(world))).div(
+        world).backward()
+    ref_norm = clip_grad_norm_(reference.parameters(), MAX_NORM)
+    x, y = data(ctx.rank)
+    out = {"reference_norm": ref_norm.item()}
+    # DDP: gradients are averaged in backward, so every rank clips the same vector.
+    ddp = DDP(copy.deepcopy(base))
+    F.mse_loss(ddp(x), y).backward()
+    ddp_norm = clip_grad_norm_(ddp.parameters(), MAX_NORM)
+    out["ddp"] = {"type": type(ddp_norm).__name__, "norm": ddp_norm.item(),
+                  "grad_gap": max((g - r.grad).abs().max().item() for g, r in
+                                  zip(grads(ddp.module), reference.parameters()))}
+    # FSDP2: one unit per Linear, then the root.
+    sharded = copy.deepcopy(base)
+    for i in LAYERS:
+        fully_shard(sharded[i])
+    fully_shard(sharded)
+    F.mse_loss(sharded(x), y).backward()
+    grad_types = sorted({type(p.grad).__name__ for p in sharded.parameters()})
+    grad_placements = sorted({str(p.grad.placements) for p in sharded.parameters()})
+    with CommDebugMode() as comm:
+        norm = clip_grad_norm_(sharded.parameters(), MAX_NORM)
+    out["fsdp"] = {
+        "grad_types": grad_types, "grad_placements": grad_placements,
+        "type": type(norm).__name__,
+        "placements": [repr(p) for p in norm.placements],
+        "local": norm.to_local().item(), "full": norm.full_tensor().item(),
+        "collectives": {str(k): v for k, v in comm.get_comm_counts().items()},
+        "grad_gap": max((g - r.grad).abs().max().item() for g, r in
+                        zip(grads(sharded), reference.parameters())),
+    }
+    return out
+
+
+def init(ctx) -> dict:
+    torch.manual_seed(24)
+    plain = mlp()
+    with torch.device("meta"):
+        lazy = mlp()
+    for i in LAYERS:
+        fully_shard(lazy[i])
+    fully_shard(lazy)
+    lazy.to_empty(device="cpu")
+    torch.manual_seed(24)
+    for i in LAYERS:
+        lazy[i].reset_parameters()
+    gathered = [p.full_tensor() for p in lazy.parameters()]
+    local_rows = lazy[0].weight.to_local().shape[0]
+    return {"first_weight_local": lazy[0].weight.to_local().tolist(),
+            "equal_to_unsharded": all(torch.equal(g, p) for g, p in
+                                      zip(gathered, plain.parameters())),
+            "first_weight_local_rows": local_rows,
+            "max_gap": max((g - p).abs().max().item() for g, p in
+                           zip(gathered, plain.parameters()))}
+
+
+def main() -> None:
+    ctx = init_distributed()
+    report({"clip": clip(ctx), "init": init(ctx)})
+    dist.barrier()
+
+
+if __name__ == "__main__":
+    main()
