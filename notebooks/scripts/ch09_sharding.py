@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch.distributed.fsdp import (MixedPrecisionPolicy, fully_shard,
                                     register_fsdp_forward_method)
 from torch.distributed.optim import ZeroRedundancyOptimizer
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -72,13 +72,17 @@ def zero_stage1(ctx) -> dict:
                                    optimizer_class=torch.optim.Adam, lr=LR)
     mine = [p for group in zero.optim.param_groups for p in group["params"]]
 
-    memory, full_grads = {}, None
+    memory, full_grads, step_comm = {}, None, {}
     for step in range(STEPS):
         x, y = batch(rank, step, device=dev)
         for label, model, opt in (("adam", plain, adam), ("zero", sharded, zero)):
             if step > 0:
                 F.mse_loss(model(x), y).backward()
-                opt.step()
+                with CommDebugMode() as comm:  # the collectives of the step itself
+                    opt.step()
+                if step == 1:
+                    step_comm[label] = {str(k): v for k, v in
+                                        comm.get_comm_counts().items()}
                 opt.zero_grad()
                 continue
             # ZeroRedundancyOptimizer keeps its state in the local optimizer it wraps
@@ -104,6 +108,8 @@ def zero_stage1(ctx) -> dict:
         "zero_own_state_entries": len(zero.state),
         "full_grads_on_every_rank": full_grads,
         "max_weight_diff": diff,
+        "step_collectives": step_comm,  # CommDebugMode around opt.step(), step 1
+        "param_count": len(list(plain.parameters())),
     }
 
 
@@ -187,6 +193,75 @@ def state_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
             "optimizer state": local_bytes(state_tensors(opt))}
 
 
+def build_big() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024))
+
+
+def shard_big(dev) -> nn.Sequential:
+    """The big model built on meta, sharded (one unit per Linear), then allocated."""
+    with torch.device("meta"):
+        big = build_big()
+    for layer in (big[0], big[2]):
+        fully_shard(layer)
+    fully_shard(big)
+    meta_device = str(big[0].weight.to_local().device)
+    big.to_empty(device=dev)  # allocates the local shards only, uninitialised
+    return big, meta_device
+
+
+def meta_init(dev, rank: int) -> dict:
+    """Two ways to initialise a meta-built, sharded model, against the unsharded init.
+
+    naive: every rank seeds alike and calls reset_parameters() on its DTensor shards.
+    On a CPU mesh DTensor has no offset-based RNG tracker, so each rank draws the same
+    numbers into its own rows. recipe: draw each layer's full tensors on the CPU with
+    the seed every rank shares (one layer at a time), and keep this rank's rows with
+    distribute_tensor, which slices the full tensor into the parameter's placements."""
+    out: dict = {}
+    torch.manual_seed(0)
+    reference = build_big()  # the unsharded init, for comparison only
+    big, out["meta_device"] = shard_big(dev)
+    torch.manual_seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for layer in (big[0], big[2]):
+            layer.reset_parameters()
+    out["naive_warnings"] = sorted({str(w.message) for w in caught})
+    out["naive"] = compare_init(big, reference, rank)
+
+    fixed, _ = shard_big(dev)
+    torch.manual_seed(0)  # the same seed on every rank: the same full draws
+    with torch.no_grad():
+        for layer in (fixed[0], fixed[2]):
+            full = nn.Linear(1024, 1024)  # one layer's full init, on the CPU
+            for name, p in layer.named_parameters():
+                local = distribute_tensor(getattr(full, name).to(dev), p.device_mesh,
+                                          p.placements, src_data_rank=None)
+                p.to_local().copy_(local.to_local())
+    out["recipe"] = compare_init(fixed, reference, rank)
+    out["materialised_local_shape"] = list(fixed[0].weight.to_local().shape)
+    out["materialised_device"] = str(fixed[0].weight.to_local().device)
+    out["materialised_bytes"] = local_bytes(fixed.parameters())
+    out["full_bytes"] = sum(p.numel() * p.element_size() for p in fixed.parameters())
+    return out
+
+
+def compare_init(model: nn.Module, reference: nn.Module, rank: int) -> dict:
+    """Are the ranks' shards of weight 0 equal, and is the whole model the reference?"""
+    mine = model[0].weight.to_local()
+    other = torch.empty_like(mine)
+    peer = 1 - rank  # two ranks: exchange shards with the other one
+    ops = [torch.distributed.P2POp(torch.distributed.isend, mine.contiguous(), peer),
+           torch.distributed.P2POp(torch.distributed.irecv, other, peer)]
+    for work in torch.distributed.batch_isend_irecv(ops):
+        work.wait()
+    with torch.no_grad():
+        equal = all(torch.equal(p.full_tensor().cpu(), q)
+                    for p, q in zip(model.parameters(), reference.parameters()))
+    return {"rank_shards_identical": bool(torch.equal(mine, other)),
+            "equals_unsharded_init": equal}
+
+
 def fsdp2(ctx) -> dict:
     dev, rank, world = ctx.device, ctx.rank, ctx.world_size
     out: dict = {}
@@ -219,7 +294,10 @@ def fsdp2(ctx) -> dict:
                 opt.zero_grad()
             continue
         with agv.track_memory(model, opt_f) as mem_f:
-            out.update(logged_forward_backward(model, x, y))
+            with CommDebugMode() as step_comm_fb:  # FSDP's c10d collectives, counted
+                out.update(logged_forward_backward(model, x, y))
+            out["fb_comm_counts"] = {str(k): v for k, v in
+                                     step_comm_fb.get_comm_counts().items()}
             g = model[0].weight.grad
             out["grad_type"] = f"{type(g).__name__} {g.placements}"
             out["grad_local_shape"] = list(g.to_local().shape)
@@ -266,6 +344,11 @@ def fsdp2(ctx) -> dict:
     odd = nn.Sequential(nn.Linear(8, 5), nn.Linear(5, 1)).to(dev)
     fully_shard(odd)
     out["uneven_local_rows"] = [odd[i].weight.to_local().shape[0] for i in (0, 1)]
+    with CollectiveLog() as odd_log:  # the all-gather moves padded shards
+        odd(x)
+    out["uneven_allgather_numel"] = [n for name, n, _, _ in odd_log.calls
+                                     if "allgather" in name]
+    out["uneven_numel"] = sum(p.numel() for p in odd.parameters())
 
     # shard_placement_fn: shard a parameter on another dim (here dim 1 of a weight)
     cols = nn.Linear(8, 16).to(dev)
@@ -318,21 +401,7 @@ def fsdp2(ctx) -> dict:
                                       if "reduce_scatter" in n})}
 
     # meta init: shapes without memory, then only this rank's shard is allocated
-    with torch.device("meta"):
-        big = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024))
-    for layer in (big[0], big[2]):
-        fully_shard(layer)
-    fully_shard(big)
-    out["meta_device"] = str(big[0].weight.to_local().device)
-    big.to_empty(device=dev)
-    with warnings.catch_warnings():  # DTensor: CPU-mesh RNG support is partial
-        warnings.simplefilter("ignore")
-        for layer in (big[0], big[2]):
-            layer.reset_parameters()
-    out["materialised_local_shape"] = list(big[0].weight.to_local().shape)
-    out["materialised_device"] = str(big[0].weight.to_local().device)
-    out["materialised_bytes"] = local_bytes(big.parameters())
-    out["full_bytes"] = sum(p.numel() * p.element_size() for p in big.parameters())
+    out.update(meta_init(dev, rank))
 
     # FSDP1 (FullyShardedDataParallel) on a machine without an accelerator
     out["fsdp1_error"] = None  # on GPUs it builds; None then
