@@ -585,26 +585,10 @@ def _snippet(text: str, n: int = 180) -> str:
     return text if len(text) <= n else text[: n - 1].rsplit(" ", 1)[0] + " …"
 
 
-def _search_text(markdown: str) -> str:
-    """The words a reader sees in a Markdown snippet, a line break kept as a space
-    (notebook_parts.plain_text joins the lines of a paragraph without one)."""
-    tokens = notebook_parts._markdown().parse(markdown)
-    parts: list[str] = []
-    for tok in tokens:
-        if tok.type == "inline":
-            parts.append("".join(c.content if c.type in ("text", "code_inline") else " "
-                                 for c in tok.children or [] if c.type in ("text", "code_inline", "softbreak", "hardbreak")))
-        elif tok.type in ("fence", "code_block"):
-            parts.append(tok.content)
-    import html as html_lib
-
-    return html_lib.unescape(re.sub(r"\s+", " ", " ".join(parts))).strip()
-
-
 def book_search_pages(questions: list[Question], chapters: dict[int, Path], book_pages: dict[str, str]) -> list:
     """What the search index is made of: each question page, each chapter page (without its
     set-up cells) and the book's own pages (`book_pages`: url -> Markdown)."""
-    plain = _search_text
+    plain = notebook_parts.plain_text
     pages = []
     for url, md in book_pages.items():
         title = next((line[2:].strip() for line in md.splitlines() if line.startswith("# ")), url)

@@ -160,12 +160,15 @@ def headings(source: str) -> list[tuple[int, str]]:
 
 
 def plain_text(markdown: str) -> str:
-    """The text a reader sees in a Markdown snippet: no markup, tags, code ticks or link targets."""
+    """The text a reader sees in a Markdown snippet: no markup, tags, code ticks, math or
+    link targets; a line break inside a paragraph reads as a space, as it renders."""
     tokens = _markdown().parse(markdown)
     parts: list[str] = []
     for tok in tokens:
         if tok.type == "inline":
-            parts.append("".join(c.content for c in tok.children or [] if c.type in ("text", "code_inline")))
+            parts.append("".join(c.content if c.type in ("text", "code_inline") else " "
+                                 for c in tok.children or []
+                                 if c.type in ("text", "code_inline", "softbreak", "hardbreak")))
         elif tok.type in ("fence", "code_block"):
             parts.append(tok.content)
     return html.unescape(re.sub(r"\s+", " ", " ".join(parts))).strip()

@@ -10,8 +10,8 @@ class defined identically in two notebooks, no sys.path tricks or %run).
 
 The chapter anatomy of the chapter standard (v2), read through scripts/notebook_parts.py (the
 same parser the site build uses, so the two cannot disagree): one `Q<n>.` section per question
-with its `<a id="q<n>">` anchor, exactly one short-answer tip callout (at most 6 sentences and
-120 words), at least one common-wrong-answer warning callout, `### Why` and `### Proof`;
+with its `<a id="q<n>">` anchor, exactly one short-answer tip callout (at most 5 sentences,
+90 words and 3 numbers), at least one common-wrong-answer warning callout, `### Why` and `### Proof`;
 "Check yourself" with exercises whose solution is hidden (tags `solution` + `hide-input`,
 `jupyter.source_hidden`) and checked by a `check` cell, and a recall quiz of 8-12 items each
 with a `<details>` answer; a Summary with a `**Q<n>.**` bullet per question.
@@ -48,8 +48,13 @@ ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{4,}\b")
 TIMING = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds)\b|Wall time:|CPU times:|\bit/s\b")
 PIP_INSTALL = re.compile(r"(^\s*[!%]\s*(pip|conda|mamba)\s+install)|(-m\s+pip\s+install)|(\bpip\.main\()", re.M)
 PATH_TRICKS = re.compile(r"(^\s*%run\b)|(\bsys\.path\.(insert|append)\b)|(\bimportlib\.util\.spec_from_file_location\b)", re.M)
-MAX_SHORT_SENTENCES = 6
-MAX_SHORT_WORDS = 120
+# The short answer is said aloud in an interview (chapter standard v3): at most 5 sentences,
+# 90 words (markup, math and link targets not counted) and 3 numbers (measured figures go to Why).
+MAX_SHORT_SENTENCES = 5
+MAX_SHORT_WORDS = 90
+MAX_SHORT_NUMBERS = 3
+# A number in the prose (not in code or math): 3, 0.5, 1,024, 40%; not Q13, fp16 or bf16.
+NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
 QUIZ_ITEMS = (8, 12)
 MAX_CODE_COLUMNS = 88
 WRITTEN_FOR = "agv.written_for("
@@ -265,11 +270,15 @@ def check_anatomy(nb, chapter: int) -> list[str]:
         if len(q.short_answers) != 1:
             problems.append(f"{where} has {len(q.short_answers)} short-answer tip callouts; it needs exactly one")
         for c in q.short_answers:
-            n_sent, n_words = _sentences(c.text), len(notebook_parts.plain_text(c.text).split())
-            if n_sent > MAX_SHORT_SENTENCES or n_words > MAX_SHORT_WORDS:
+            # Words: math not counted. Numbers: those in math count, those in code do not.
+            no_math = re.sub(r"\$\$.*?\$\$|\$[^$]*\$", " ", c.text, flags=re.S)
+            n_sent, n_words = _sentences(c.text), len(re.findall(r"\S*\w\S*", notebook_parts.plain_text(no_math)))
+            n_num = len(NUMBER.findall(notebook_parts.plain_text(re.sub(r"`[^`]*`", " ", c.text))))
+            if n_sent > MAX_SHORT_SENTENCES or n_words > MAX_SHORT_WORDS or n_num > MAX_SHORT_NUMBERS:
                 problems.append(
-                    f"{where}'s short answer has {n_sent} sentences and {n_words} words; keep it to "
-                    f"{MAX_SHORT_SENTENCES} sentences and about 100 words (detail goes to 'Why')"
+                    f"{where}'s short answer has {n_sent} sentences, {n_words} words and {n_num} numbers; "
+                    f"keep it to {MAX_SHORT_SENTENCES} sentences, {MAX_SHORT_WORDS} words and "
+                    f"{MAX_SHORT_NUMBERS} numbers (thresholds and measured figures go to 'Why')"
                 )
         if not q.wrong_answers:
             problems.append(f"{where} has no 'Common wrong answer' warning callout in its section")
@@ -608,13 +617,21 @@ def test_catches_two_short_answers_and_a_long_one() -> None:
     nb = _chapter_one()
     tip = nb.cells[notebook_parts.parse_chapter(nb).question(2).short_answers[0].cell]
     title = '<div class="admonition tip alert alert-success">\n<p class="admonition-title">The short answer</p>\n\n'
-    six = " ".join(f"Sentence {i} about `torch.no_grad()`, e.g. in eval." for i in range(6))
-    tip.source = title + six + "\n\n</div>"
+    five = " ".join(f"Sentence {word} about `torch.no_grad(3)`, e.g. in eval." for word in "abcde")
+    tip.source = title + five + "\n\n</div>"
     assert check_anatomy(nb, 1) == []  # abbreviations and code do not end a sentence
-    tip.source = title + six + " One more.\n\n</div>"
-    assert any("7 sentences" in p for p in check_anatomy(nb, 1))
-    tip.source = title + " ".join(["word"] * 125) + ".\n\n</div>"
-    assert any("125 words" in p for p in check_anatomy(nb, 1))
+    tip.source = title + five + " One more.\n\n</div>"
+    assert any("6 sentences" in p for p in check_anatomy(nb, 1))
+    # 90 words on two lines (a line break is a space, as rendered) and math do not count.
+    ninety = " ".join(["word"] * 45) + "\n" + " ".join(["word"] * 45)
+    tip.source = title + ninety + " $a + b$.\n\n</div>"
+    assert check_anatomy(nb, 1) == []
+    tip.source = title + ninety + " more.\n\n</div>"
+    assert any("91 words" in p for p in check_anatomy(nb, 1))
+    tip.source = title + "It takes 3 steps, 2.5 s and 40 MB, and fp16 or Q13 are names.\n\n</div>"
+    assert check_anatomy(nb, 1) == []
+    tip.source = title + "It takes 3 steps, 2.5 s, 40 MB and $10^{-12}$.\n\n</div>"
+    assert any("5 numbers" in p for p in check_anatomy(nb, 1))
 
 
 def test_catches_unhidden_or_unchecked_solution() -> None:
