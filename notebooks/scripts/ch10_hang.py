@@ -22,12 +22,25 @@ import torch.distributed as dist
 from autogradviz import init_distributed, report
 
 
+def last_entries(group) -> list:
+    """This rank's flight-recorder entries for ``group``: (op, sequence id, state)."""
+    from torch._C._distributed_c10d import _dump_fr_trace
+    import pickle
+
+    name = dist.distributed_c10d._get_process_group_name(group)
+    return [(e["profiling_name"], e["collective_seq_id"], e["state"])
+            for e in pickle.loads(_dump_fr_trace())["entries"]
+            if e["process_group"][0] == name]
+
+
 def run(ctx, timeout: float) -> None:
     """Hang on purpose; rank 0 reports and raises after ``timeout`` seconds."""
     spare = dist.new_group(backend="gloo")  # for the diagnosis, after `short` failed
     dist.barrier(group=spare)  # both ranks are here: the short timeout starts now
     short = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
+    dist.all_reduce(torch.ones(4), group=short)  # one collective both ranks issue
     if ctx.rank == 1:
+        report({"flight_recorder": last_entries(short)})
         time.sleep(timeout + 60)  # skips the all-reduce; stopped when rank 0 fails
         return
     start = time.perf_counter()
@@ -35,7 +48,8 @@ def run(ctx, timeout: float) -> None:
         dist.all_reduce(torch.ones(4), group=short)
     except RuntimeError as err:
         waited = time.perf_counter() - start
-        report({"hang": {"waited_s": waited, "timeout_s": timeout,
+        report({"flight_recorder": last_entries(short),
+                "hang": {"waited_s": waited, "timeout_s": timeout,
                          "error_type": type(err).__name__, "error": str(err)}})
         # Which rank is missing? A monitored barrier names the ranks that do not arrive.
         # It runs on the spare group: the timeout closed the first group's connections.

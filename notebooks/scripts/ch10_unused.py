@@ -57,15 +57,27 @@ def run(ctx) -> dict:
     model = TwoHeads().to(ctx.device)
     ddp = DDP(model)  # find_unused_parameters=False, the default
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    where, error = None, None
+    where, error, first = None, None, {}
     for step in range(1, 4):
         try:
             where = (step, "forward")
             loss = ddp(batch(ctx.rank, step, ctx.device)).pow(2).mean()
             where = (step, "backward")
             loss.backward()
+            if step == 1:  # the bucket never became ready: was anything averaged?
+                local = TwoHeads().to(ctx.device)
+                local.load_state_dict(model.state_dict())
+                local(batch(ctx.rank, step, ctx.device)).pow(2).mean().backward()
+                first["used_grad_is_local"] = torch.equal(model.used.weight.grad,
+                                                          local.used.weight.grad)
             where = (step, "step")
             opt.step()
+            if step == 1:  # each replica stepped with its own gradient
+                weights = [torch.empty_like(model.used.weight)
+                           for _ in range(ctx.world_size)]
+                dist.all_gather(weights, model.used.weight.detach())
+                first["replicas_equal_after_step"] = all(
+                    torch.equal(w, weights[0]) for w in weights)
             opt.zero_grad()
         except RuntimeError as err:
             error = str(err)
@@ -79,7 +91,7 @@ def run(ctx) -> dict:
         opt.step()
     return {"debug": os.environ.get("TORCH_DISTRIBUTED_DEBUG", "OFF"),
             "failed_at": list(where) if error else None, "error": error,
-            "fixed_steps": step,
+            "fixed_steps": step, "first_iteration": first,
             "fixed_unused_grad_is_none": fixed.module.unused.weight.grad is None}
 
 
