@@ -282,9 +282,17 @@ def check_anatomy(nb, chapter: int) -> list[str]:
                 )
         if not q.wrong_answers:
             problems.append(f"{where} has no 'Common wrong answer' warning callout in its section")
-        for sub in ("Why", "Proof"):
-            if not any(h.lower().startswith(sub.lower()) for h in q.subheadings):
+        # Chapter standard v3: the mechanism, its proof, what changes at scale, then follow-ups.
+        found = []
+        for sub in ("Why", "Proof", "At scale", "Follow-ups"):
+            at = next((i for i, h in enumerate(q.subheadings) if h.lower().startswith(sub.lower())), None)
+            if at is None:
                 problems.append(f"{where} has no '### {sub}' sub-heading")
+            else:
+                found.append((at, sub))
+        if [sub for _, sub in sorted(found)] != [sub for _, sub in found]:
+            problems.append(f"{where}'s sub-headings are {', '.join(q.subheadings)}; "
+                            "keep Why, Proof, At scale, Follow-ups in that order")
         if not parsed.summary.get(q.number):
             problems.append(f"the Summary has no bullet starting **Q{q.number}.**")
     if check is not None:
@@ -599,7 +607,9 @@ def _break(nb, start: str, new_source: str | None) -> None:
      ('<div class="admonition warning', '<div class="admonition note alert alert-info">\n<p class="admonition-title">'
       'Common wrong answer</p>\n\nText.\n\n</div>', "no 'Common wrong answer'"),
      ("### Why", "### Mechanism\n\nText.", "'### Why'"),
-     ("### Proof", "Proof follows.", "'### Proof'")],  # fmt: skip
+     ("### Proof", "Proof follows.", "'### Proof'"),
+     ("### At scale", None, "'### At scale'"),
+     ("### Why", "### Follow-ups\n\nFirst.", "keep Why, Proof, At scale, Follow-ups in that order")],  # fmt: skip
 )
 def test_catches_broken_question_section(start: str, new: str | None, message: str) -> None:
     nb = _chapter_one()
