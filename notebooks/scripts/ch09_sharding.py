@@ -398,7 +398,10 @@ def fsdp2(ctx) -> dict:
             "all-gather": sorted({d for n, _, _, d in mp_log.calls
                                   if "allgather" in n}),
             "reduce-scatter": sorted({d for n, _, _, d in mp_log.calls
-                                      if "reduce_scatter" in n})}
+                                      if "reduce_scatter" in n}),
+            "bytes": {op: sum(n * getattr(torch, d.split(".")[1]).itemsize
+                              for name, n, _, d in mp_log.calls if op in name)
+                      for op in ("allgather", "reduce_scatter")}}
 
     # meta init: shapes without memory, then only this rank's shard is allocated
     out.update(meta_init(dev, rank))
