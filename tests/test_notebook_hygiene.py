@@ -22,8 +22,10 @@ Each checker is also fed a deliberately broken copy of a notebook that follows e
 from __future__ import annotations
 
 import ast
+import base64
 import math
 import re
+import struct
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -236,6 +238,41 @@ def check_deterministic_outputs(nb) -> list[str]:
     return problems
 
 
+# A 390 px phone gives a figure about 350 px of page (autogradviz.style); shown below 65% of
+# its natural width, 9 pt text drops under 9 px (scripts/check_site.py measures the same in
+# Chromium). So a stored figure is at most 350 / 0.65 = 538 px wide.
+PHONE_FIGURE_PX = 350
+PHONE_FIGURE_SCALE = 0.65
+MAX_FIGURE_PX = int(PHONE_FIGURE_PX / PHONE_FIGURE_SCALE)
+SVG_WIDTH = re.compile(r'<svg\b[^>]*?\swidth="([\d.]+)(pt|px)?"')
+
+
+def _figure_width(data: dict) -> float | None:
+    """A stored figure's natural width in CSS px (PNG header; SVG width, pt = 4/3 px)."""
+    if "image/png" in data:
+        png = base64.b64decode(data["image/png"])
+        return float(struct.unpack(">I", png[16:20])[0]) if png[12:16] == b"IHDR" else None
+    if "image/svg+xml" in data:
+        svg = data["image/svg+xml"]
+        m = SVG_WIDTH.search("".join(svg) if isinstance(svg, list) else svg)
+        if m:
+            return float(m.group(1)) * (4 / 3 if m.group(2) == "pt" else 1)
+    return None
+
+
+def check_figure_widths(nb) -> list[str]:
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            width = _figure_width(out.get("data", {}))
+            if width is not None and width > MAX_FIGURE_PX:
+                problems.append(
+                    f"cell {i}: a figure {width:.0f} px wide shows at {PHONE_FIGURE_PX / width:.0%} on a "
+                    f"390 px phone; keep it <= {MAX_FIGURE_PX} px (figsize width <= "
+                    f"{MAX_FIGURE_PX / 110:.1f} in at dpi 110, autogradviz.style.PHONE_WIDTH_IN)")
+    return problems
+
+
 def check_size(path: Path) -> list[str]:
     size = path.stat().st_size
     return [] if size < MAX_BYTES else [f"{path.name} is {size / 1e6:.2f} MB; keep notebooks under 1.5 MB"]
@@ -384,7 +421,8 @@ def chapter_of(path: Path) -> int:
 # --- the real notebooks --------------------------------------------------------------------
 
 NOTEBOOK_CHECKS = (check_format, check_kernelspec, check_execution_order, check_errors, check_deterministic_outputs,
-                   check_no_pip, check_no_path_tricks, check_code_lines, check_setup_cell)  # fmt: skip
+                   check_no_pip, check_no_path_tricks, check_code_lines, check_setup_cell,
+                   check_figure_widths)  # fmt: skip
 
 ids = [p.name for p in NOTEBOOKS]
 
@@ -866,3 +904,29 @@ def test_report_chapter_exercises_not_yet_unspoilable() -> None:
     print(line)
     if bad:
         warnings.warn(line, stacklevel=1)
+
+
+def test_catches_a_figure_too_wide_for_a_phone() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import io
+
+    import matplotlib.pyplot as plt
+
+    def png(width_in: float) -> str:
+        fig = plt.figure(figsize=(width_in, 2), dpi=110)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")  # no bbox_inches: the width is figsize x dpi
+        plt.close(fig)
+        return base64.b64encode(buf.getvalue()).decode()
+
+    nb = _chapter_one()
+    cell = _first_printing_cell(nb)
+    cell.outputs = [new_output("display_data", data={"image/png": png(4.6), "text/plain": "<Figure>"})]
+    assert check_figure_widths(nb) == []  # 506 px: 69% on a phone
+    cell.outputs = [new_output("display_data", data={"image/png": png(6.5), "text/plain": "<Figure>"})]
+    assert any("715 px wide shows at 49%" in p for p in check_figure_widths(nb)), check_figure_widths(nb)
+    cell.outputs = [new_output("display_data", data={"image/svg+xml": '<svg width="450pt" height="9pt"></svg>',
+                                                     "text/plain": "<svg>"})]
+    assert any("600 px wide" in p for p in check_figure_widths(nb))
