@@ -42,7 +42,8 @@ def worker(busy: float, timeout: float, out: Path) -> None:
         raise RuntimeError("node 1's worker fails on purpose")
     time.sleep(busy)  # "computing": a stop from torchrun would land here
     # CLOCK_MONOTONIC is one clock for all the processes of this machine
-    record = {"alive_at": time.monotonic()}
+    record = {"alive_at": time.monotonic(),  # and what torchrun put in its environment
+              "async_error_handling": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")}
     try:
         dist.all_reduce(torch.ones(4), group=short)
         record["all_reduce"] = "completed"
