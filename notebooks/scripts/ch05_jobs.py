@@ -5,7 +5,8 @@
 clip (Q26): the same 3-layer MLP three ways on the same data: unsharded on one process
 (the reference, on the two ranks' batches together), under DDP, and under FSDP2 with
 `fully_shard` on every Linear and on the root. Each rank reports, for
-`clip_grad_norm_`: the type of the returned norm, its placements, its local value, its
+`clip_grad_norm_`: under DDP its averaged, clipped gradients (to compare the ranks'
+bits); under FSDP2 the type of the returned norm, its placements, its local value, its
 `full_tensor()`, the reference's norm, the largest gap between its clipped gradients
 and the reference's, and the collectives `CommDebugMode` saw inside the call.
 
@@ -68,6 +69,7 @@ def clip(ctx) -> dict:
     F.mse_loss(ddp(x), y).backward()
     ddp_norm = clip_grad_norm_(ddp.parameters(), MAX_NORM)
     out["ddp"] = {"type": type(ddp_norm).__name__, "norm": ddp_norm.item(),
+                  "grads": torch.cat([g.flatten() for g in grads(ddp.module)]).tolist(),
                   "grad_gap": max((g - r.grad).abs().max().item() for g, r in
                                   zip(grads(ddp.module), reference.parameters()))}
     # FSDP2: one unit per Linear, then the root.
