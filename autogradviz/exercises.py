@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -219,6 +220,8 @@ def check(
 ) -> None:
     """Print only the verdict on `answer`: ``correct!`` or what is wrong and the hint.
 
-    Returns None so that a check as a cell's last line shows the verdict and nothing else."""
-    print(verdict(answer, expected, name=name, hint=hint, rtol=rtol, atol=atol, ordered=ordered,
-                  solution=solution, args=args).message)
+    Returns None so that a check as a cell's last line shows the verdict and nothing else.
+    A long verdict is wrapped at 88 columns (whole words), so it reads on a phone."""
+    text = verdict(answer, expected, name=name, hint=hint, rtol=rtol, atol=atol, ordered=ordered,
+                  solution=solution, args=args).message
+    print(textwrap.fill(text, width=88, break_long_words=False, break_on_hyphens=False))

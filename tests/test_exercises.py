@@ -14,8 +14,9 @@ SECRET_OPS = ["aten::mm", "aten::t", "aten::sum"]
 
 
 def _printed(capsys, *args, **kwargs) -> str:
+    """What check printed, its wrapped lines joined back into one."""
     agv.check(*args, **kwargs)
-    return capsys.readouterr().out
+    return " ".join(capsys.readouterr().out.splitlines()) + "\n"
 
 
 @pytest.mark.parametrize(
@@ -154,3 +155,11 @@ def test_function_exercises_call_answer_and_solution_and_a_stub_is_not_yet() -> 
         agv.verdict(_nodes, n, name="count_nodes", solution=_stub, args=(loss,))
     with pytest.raises(TypeError, match=r"args=\(x,\)"):
         agv.verdict(_nodes, n, args=loss)
+
+
+def test_a_long_verdict_is_wrapped_at_88_columns_without_splitting_words(capsys) -> None:
+    hint = " ".join(["a_rather_long_identifier"] * 12)
+    agv.check(None, 1.0, name="my_prediction", hint=hint)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) > 1 and all(len(line) <= 88 for line in lines), lines
+    assert " ".join(lines) == str(agv.verdict(None, 1.0, name="my_prediction", hint=hint))
