@@ -8,7 +8,8 @@ An 8-layer MLP is cut into one stage per rank, and ``ScheduleGPipe`` and
 ``Schedule1F1B`` each train one step on 8 microbatches. Every stage records the order in
 which the schedule ran its forward and backward chunks (wrapping
 ``PipelineStage.forward_one_chunk`` and ``backward_one_chunk``); the last stage reports
-the loss, which must equal the unpipelined model's.
+the loss, which must equal the unpipelined model's, and its gradients (with
+``scale_grads=False``: the microbatches' sum, ``microbatches`` times as large).
 """
 from __future__ import annotations
 
@@ -53,16 +54,21 @@ def run(ctx, microbatches: int = 8) -> dict:
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(BATCH, WIDTH, generator=gen).to(ctx.device)
     y = torch.randn(BATCH, WIDTH, generator=gen).to(ctx.device)
-    with torch.no_grad():
-        reference = nn.functional.mse_loss(full_model().to(ctx.device)(x), y).item()
     per_stage = LAYERS // p
+    unsplit = full_model().to(ctx.device)
+    full_loss = nn.functional.mse_loss(unsplit(x), y)
+    full_loss.backward()  # the reference gradients, whole batch at once
+    reference = full_loss.item()
+    mine = [w.grad for w in unsplit[s * per_stage:(s + 1) * per_stage].parameters()]
     out = {"stage": s, "reference_loss": reference}
-    for name, schedule_class in (("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)):
+    for name, schedule_class, scale in (("gpipe", ScheduleGPipe, True),
+                                        ("1f1b", Schedule1F1B, True),
+                                        ("1f1b_unscaled", Schedule1F1B, False)):
         part = full_model()[s * per_stage:(s + 1) * per_stage].to(ctx.device)
         stage = PipelineStage(part, s, p, ctx.device)
         order: list = []
         recorded(stage, order)
-        schedule = schedule_class(stage, microbatches,
+        schedule = schedule_class(stage, microbatches, scale_grads=scale,
                                   loss_fn=nn.functional.mse_loss)
         losses: list = []
         if s == 0:
@@ -71,8 +77,15 @@ def run(ctx, microbatches: int = 8) -> dict:
             schedule.step(target=y, losses=losses)
         else:
             schedule.step()
+        grads = [w.grad for w in part.parameters()]
         out[name] = {"order": order,
-                     "loss": torch.stack(losses).mean().item() if losses else None}
+                     "loss": torch.stack(losses).mean().item() if losses else None,
+                     # gradients against the unsplit model's, and against m times them
+                     "grads_match": all(torch.allclose(g, r, rtol=1e-4, atol=1e-6)
+                                        for g, r in zip(grads, mine)),
+                     "grads_match_m_times": all(
+                         torch.allclose(g, microbatches * r, rtol=1e-4, atol=1e-6)
+                         for g, r in zip(grads, mine))}
     return out
 
 
