@@ -8,16 +8,25 @@ rank sends one chunk to its right neighbour and adds the chunk arriving from its
 so that afterwards rank r holds the full sum of chunk (r + 1) mod N. All-gather: N-1
 more steps pass the finished chunks round the ring. Each step sends S/N elements, so
 every rank sends 2(N-1)/N * S in total, whatever N is.
+
+Given a folder as its argument, it also loads (Q46) the distributed checkpoint that
+ch09_sharding.py saved there on 2 ranks into the same FSDP2 model on this job's ranks.
 """
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 
 import torch
 import torch.distributed as dist
 
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.fsdp import fully_shard
+
 from autogradviz import init_distributed, report
+from ch09_common import tiny_mlp
 
 NUMEL = 1000  # elements per rank (divisible by 4, so every chunk has 250)
 SWEEP = (1, 2**8, 2**12, 2**16, 2**20)  # message sizes (elements) for the timing sweep
@@ -65,6 +74,26 @@ def median_all_reduce_s(numel: int, device: torch.device, repeats: int = 7) -> f
     return sorted(times)[len(times) // 2]
 
 
+def load_resharded(path: str, device: torch.device) -> dict:
+    """Q46: load the checkpoint ch09_sharding.py saved on 2 ranks into the same FSDP2
+    model on this job's ranks: DCP reads each rank's new rows from the saved shards."""
+    model = tiny_mlp(1, device)  # another seed: the load must overwrite every weight
+    for i in (0, 2, 4):
+        fully_shard(model[i])
+    fully_shard(model)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model_sd, optim_sd = get_state_dict(model, opt)  # creates Adam's empty state
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(model, opt, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
+    return {"loaded_full_weights": [p.full_tensor().flatten().tolist()
+                                    for p in model.parameters()],
+            "loaded_local_shape": list(model[0].weight.to_local().shape),
+            "loaded_exp_avg_local_shape": list(
+                opt.state[model[0].weight]["exp_avg"].to_local().shape)}
+
+
 def main() -> None:
     ctx = init_distributed()
     gen = torch.Generator().manual_seed(ctx.rank)
@@ -97,7 +126,9 @@ def main() -> None:
     old_names = [f"{w.category.__name__}: {w.message}" for w in caught]
 
     sweep = {str(n): median_all_reduce_s(n, ctx.device) for n in SWEEP}
+    loaded = load_resharded(sys.argv[1], ctx.device) if len(sys.argv) > 1 else {}
     report({
+        **loaded,
         "world": ctx.world_size,
         "bytes_in": x.numel() * x.element_size(),
         "bytes_sent": sent,

@@ -20,15 +20,21 @@ DDP's; each rank's bytes of parameters, gradients and optimizer state, measured 
 autogradviz.track_memory and counted from the local shards; what reshard_after_forward,
 a root with parameters of its own, uneven rows, shard_placement_fn, a method other than
 forward and a MixedPrecisionPolicy change; and a model built on the meta device,
-sharded, then materialised with to_empty().
+sharded, then materialised with to_empty() and initialised two ways (a seeded
+reset_parameters() on the shards, and the full init sliced with distribute_tensor);
+and, given a folder as its argument, a distributed checkpoint of the trained model and
+Adam state (dcp.save), which ch09_ring.py loads on 4 ranks.
 """
 from __future__ import annotations
 
+import sys
 import warnings
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.distributed.fsdp import (MixedPrecisionPolicy, fully_shard,
                                     register_fsdp_forward_method)
 from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -327,6 +333,17 @@ def fsdp2(ctx) -> dict:
         out["max_diff_vs_ddp"] = max(
             float((p.full_tensor() - q).abs().max())
             for p, q in zip(model.parameters(), ddp.parameters()))
+
+    # distributed checkpoint: each rank writes its own shards (loaded on 4 ranks by
+    # ch09_ring.py); the optimizer state is keyed by parameter name
+    if len(sys.argv) > 1:
+        model_sd, optim_sd = get_state_dict(model, opt_f)
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=sys.argv[1])
+        out["saved_full_weights"] = [p.full_tensor().flatten().tolist()
+                                     for p in model.parameters()]
+        out["saved_optim_keys"] = sorted(optim_sd["state"])
+        out["saved_exp_avg_local_shape"] = list(
+            optim_sd["state"]["0.weight"]["exp_avg"].to_local().shape)
 
     # reshard_after_forward=False: keep the gathered weights until backward
     kept = shard(tiny_mlp(0, dev), reshard_after_forward=False)
