@@ -105,7 +105,8 @@ def _shown(exc: BaseException, match: Match) -> str:
 
 
 def show_error(
-    fn: Callable[[], object], exc_type: type[BaseException], match: Match
+    fn: Callable[[], object], exc_type: type[BaseException], match: Match,
+    *, quiet: bool = False,
 ) -> BaseException:
     """Call ``fn``, check that it raises ``exc_type`` with ``match`` in its message,
     print the message and return the exception.
@@ -117,6 +118,9 @@ def show_error(
     ``match`` (so the reader sees what the cell asserts), on one or two lines of at most
     ``SHOWN_WIDTH`` (88) columns; longer, the first sentence and the asserted one, each
     on its line and shortened with an ellipsis, never inside the asserted part.
+
+    ``quiet=True`` checks the same and prints nothing: for an error a chapter has
+    already shown once, so a later cell asserts it without printing it again.
     """
     if not callable(fn):
         raise TypeError(
@@ -152,7 +156,8 @@ def show_error(
             f"{type(caught).__name__} was raised, but its message does not contain "
             f"{shown!r}; the message was: {_first_line(caught)!r}"
         )
-    print(_shown(caught, match))
+    if not quiet:
+        print(_shown(caught, match))
     return caught
 
 

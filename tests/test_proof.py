@@ -147,6 +147,16 @@ def test_show_error_prints_nothing_when_the_check_fails(capsys) -> None:
     assert capsys.readouterr().out == ""
 
 
+def test_show_error_quiet_checks_the_same_and_prints_nothing(capsys) -> None:
+    exc = show_error(_backward_twice, RuntimeError, "second time", quiet=True)
+    assert str(exc) == str(_raised(_backward_twice))
+    assert capsys.readouterr().out == ""
+    with pytest.raises(AssertionError, match="does not contain"):
+        show_error(_backward_twice, RuntimeError, "no such words", quiet=True)
+    with pytest.raises(AssertionError, match="raised nothing"):
+        show_error(lambda: None, RuntimeError, "x", quiet=True)
+
+
 @pytest.mark.parametrize(
     ("fn", "exc_type", "match", "says"),
     [
