@@ -420,9 +420,58 @@ def chapter_of(path: Path) -> int:
 
 # --- the real notebooks --------------------------------------------------------------------
 
+# --- Exercises that running top to bottom cannot spoil (docs/chapter-markup.md, "Exercises") ---
+
+
+def _assigned_names(source: str) -> set[str]:
+    """Names a cell binds at top level (assignments, defs, classes, imports)."""
+    try:
+        tree = ast.parse(_python_source(source))
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def check_unspoilable_exercises(nb) -> list[str]:
+    """Each solution cell opens with the line `# Solution` (all a collapsed input shows),
+    binds no name the reader's exercise cell binds (Run All and Shift+Enter run it between
+    the reader's cell and the check), and the check cell after it passes one of its names
+    as `solution=`, so the check judges the reader and verifies the solution silently."""
+    problems = []
+    cells = nb.cells
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "code" or "solution" not in _tags(cell):
+            continue
+        where = f"solution cell {i}"
+        first = cell.source.splitlines()[0].strip() if cell.source.strip() else ""
+        if first != "# Solution":
+            problems.append(f"{where}: its first line is {first[:60]!r}, not '# Solution' "
+                            "(a collapsed input shows the first line)")
+        reader = next((c for c in reversed(cells[:i]) if c.cell_type == "code" and "exercise" in _tags(c)), None)
+        mine = _assigned_names(cell.source)
+        if reader is not None and (shared := sorted(mine & _assigned_names(reader.source))):
+            problems.append(f"{where}: it assigns the reader's name(s) {', '.join(shared)}; "
+                            "name its own (e.g. solution_<name>) so running it keeps the reader's answer")
+        check = next((c for c in cells[i + 1:] if c.cell_type == "code" and "check" in _tags(c)), None)
+        passed = set(re.findall(r"\bsolution\s*=\s*([A-Za-z_]\w*)", check.source)) if check else set()
+        if not passed & mine:
+            problems.append(f"{where}: the check cell after it does not pass its names as "
+                            "`solution=` to agv.check, so a wrong solution would go unnoticed")
+    return problems
+
+
 NOTEBOOK_CHECKS = (check_format, check_kernelspec, check_execution_order, check_errors, check_deterministic_outputs,
                    check_no_pip, check_no_path_tricks, check_code_lines, check_setup_cell,
-                   check_figure_widths)  # fmt: skip
+                   check_figure_widths, check_unspoilable_exercises)  # fmt: skip
 
 ids = [p.name for p in NOTEBOOKS]
 
@@ -818,57 +867,6 @@ def test_sanitize_compares_graph_structure_not_layout() -> None:
     assert "graphviz version" in base and "graphviz version" not in sanitize(base)
 
 
-# --- Exercises that running top to bottom cannot spoil (docs/chapter-markup.md, "Exercises") ---
-# Not yet in NOTEBOOK_CHECKS: the chapters adopt the design in their own issues. The fixture
-# is held to it; the chapters' remaining exercises are counted and reported, not failed.
-
-
-def _assigned_names(source: str) -> set[str]:
-    """Names a cell binds at top level (assignments, defs, classes, imports)."""
-    try:
-        tree = ast.parse(_python_source(source))
-    except SyntaxError:
-        return set()
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
-
-
-def check_unspoilable_exercises(nb) -> list[str]:
-    """Each solution cell opens with the line `# Solution` (all a collapsed input shows),
-    binds no name the reader's exercise cell binds (Run All and Shift+Enter run it between
-    the reader's cell and the check), and the check cell after it passes one of its names
-    as `solution=`, so the check judges the reader and verifies the solution silently."""
-    problems = []
-    cells = nb.cells
-    for i, cell in enumerate(cells):
-        if cell.cell_type != "code" or "solution" not in _tags(cell):
-            continue
-        where = f"solution cell {i}"
-        first = cell.source.splitlines()[0].strip() if cell.source.strip() else ""
-        if first != "# Solution":
-            problems.append(f"{where}: its first line is {first[:60]!r}, not '# Solution' "
-                            "(a collapsed input shows the first line)")
-        reader = next((c for c in reversed(cells[:i]) if c.cell_type == "code" and "exercise" in _tags(c)), None)
-        mine = _assigned_names(cell.source)
-        if reader is not None and (shared := sorted(mine & _assigned_names(reader.source))):
-            problems.append(f"{where}: it assigns the reader's name(s) {', '.join(shared)}; "
-                            "name its own (e.g. solution_<name>) so running it keeps the reader's answer")
-        check = next((c for c in cells[i + 1:] if c.cell_type == "code" and "check" in _tags(c)), None)
-        passed = set(re.findall(r"\bsolution\s*=\s*([A-Za-z_]\w*)", check.source)) if check else set()
-        if not passed & mine:
-            problems.append(f"{where}: the check cell after it does not pass its names as "
-                            "`solution=` to agv.check, so a wrong solution would go unnoticed")
-    return problems
-
-
 def test_contract_chapters_exercise_cannot_be_spoiled() -> None:
     assert check_unspoilable_exercises(_chapter_one()) == []
 
@@ -887,23 +885,6 @@ def test_catches_a_spoiling_exercise(new_solution: str, new_check: str | None, m
         next(c for c in nb.cells if "check" in _tags(c)).source = new_check
     problems = check_unspoilable_exercises(nb)
     assert any(message in p for p in problems), problems
-
-
-def test_report_chapter_exercises_not_yet_unspoilable() -> None:
-    """How many chapter exercises still break the rule above (reported, not failed)."""
-    import warnings
-
-    chapters = [p for p in NOTEBOOKS if re.match(r"\d\d_", p.name)]
-    # One exercise per solution cell; its problems all start with "solution cell <i>:".
-    found = {p.name: len({q.split(":")[0] for q in check_unspoilable_exercises(nbformat.read(p, as_version=4))})
-             for p in chapters}
-    solutions = sum(1 for p in chapters for c in nbformat.read(p, as_version=4).cells if "solution" in _tags(c))
-    bad = {name: n for name, n in found.items() if n}
-    line = (f"{sum(bad.values())} of the {solutions} chapter exercises do not follow the exercise rule "
-            f"yet: " + ", ".join(f"{k} {v}" for k, v in bad.items()))
-    print(line)
-    if bad:
-        warnings.warn(line, stacklevel=1)
 
 
 def test_catches_a_figure_too_wide_for_a_phone() -> None:
