@@ -18,8 +18,9 @@ case every request to another host is blocked and reported. It checks:
 - every chapter page: hidden answers are there and closed (recall-quiz <details>, solution
   cells collapsed, check cells' outputs collapsed); it lists its questions, each linked;
 - at a 390 px (phone) window, the navigation button opens the sidebar, no code or output
-  block scrolls sideways (they wrap), and the page itself is no wider than the screen; every
-  figure shown below 65% of its natural width is listed, per page (reported, not failed);
+  block scrolls sideways (they wrap), and the page itself is no wider than the screen; no
+  figure shows below 65% of its natural width (tests/test_notebook_hygiene.py holds the
+  stored figures to the same width, so an author hears of it before a build);
 - the question index: it lists every question of book/questions.yml, each linked to that
   question's own page, and questions still to come are greyed out;
 - the revision sheet lists every question whose chapter is written, has no raw `$` or TeX
@@ -71,7 +72,7 @@ MATHJAX_TIMEOUT_MS = 15_000
 DESKTOP = {"width": 1400, "height": 900}
 PHONE = {"width": 390, "height": 844}
 MIN_FIGURE_SCALE = 0.6  # a figure shown smaller than this share of its natural width is unreadable
-PHONE_FIGURE_SCALE = 0.65  # on a phone: below this, 9 pt text in a figure is under 9 px (reported)
+PHONE_FIGURE_SCALE = 0.65  # on a phone: below this, 9 pt text in a figure is under 9 px
 # Terms from the questions' own vocabulary and the question that explains each: searching
 # for the term must give that question's page first (checked on the full book only).
 SEARCH_TERMS = {
@@ -316,8 +317,8 @@ _PHONE_JS = r"""(minScale) => {
 
 
 def _check_phone_layout(page, url: str, name: str, report: SiteReport) -> str:
-    """At phone width code and printed output wrap instead of scrolling sideways (book.css);
-    the smallest figure scale is reported, as a phone reader can zoom."""
+    """At phone width code and printed output wrap instead of scrolling sideways (book.css),
+    and every figure shows at 65% of its natural width or more (its 9 pt text stays >= 9 px)."""
     page.set_viewport_size(PHONE)
     try:
         page.goto(url, wait_until="load")
@@ -336,6 +337,9 @@ def _check_phone_layout(page, url: str, name: str, report: SiteReport) -> str:
         )
     for f in r["small"]:
         report.small_phone_figures.append((name, f["src"], f["scale"]))
+        report.problems.append(
+            f"{name}: at {PHONE['width']} px a figure shows at {f['scale']:.0%} of its natural width "
+            f"(below {PHONE_FIGURE_SCALE:.0%}; make it at most 538 px wide): {f['src']}")
     return f"phone: {r['wide']}/{r['pres']} blocks scroll, smallest figure at {r['minScale']:.0%} of natural"
 
 
@@ -740,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, summary in report.pages.items():
         print(f"  {name:40s} {summary}")
     if report.small_phone_figures:
-        print(f"  figures below {PHONE_FIGURE_SCALE:.0%} of their natural width at {PHONE['width']} px (reported, not failed):")
+        print(f"  figures below {PHONE_FIGURE_SCALE:.0%} of their natural width at {PHONE['width']} px:")
         for name, src, scale in report.small_phone_figures:
             print(f"    {name:34s} {scale:4.0%}  {src}")
     for term, first in report.search_terms.items():

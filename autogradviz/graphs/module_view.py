@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..records import TensorMeta
+from ..style import SMALL_PT
 from .records import ModuleCall, ModuleGraph, OpCall
 from .render import LayoutTimeout, dot_to_svg
 
@@ -244,7 +245,7 @@ def to_dot(graph: ModuleGraph, *, rollup: bool = True, direction: str = "TB") ->
 
     def op_line(o: OpCall) -> str:
         return (f'  f{o.index} [label={_q(o.name)}, shape=ellipse, fillcolor="{_FILL["op"]}", '
-                f'fontsize=8, height=0.2, width=0.3, margin="0.02,0.01"];')
+                f'fontsize={SMALL_PT}, height=0.2, width=0.3, margin="0.02,0.01"];')
 
     def node_name(key: str) -> str:
         kind, i = key.split(":")
@@ -260,7 +261,7 @@ def to_dot(graph: ModuleGraph, *, rollup: bool = True, direction: str = "TB") ->
     out.append('  node [shape=box, style="filled", fontname="Helvetica", fontsize=9, '
                'height=0.3, margin="0.08,0.04", penwidth=0.7];')
     out.append('  edge [arrowsize=0.5, penwidth=0.7, color="#555555", fontname="Helvetica", '
-               'fontsize=8, fontcolor="#666666"];')
+               f'fontsize={SMALL_PT}, fontcolor="#666666"];')
     for k, m in enumerate(graph.inputs):
         label = f"input {m.path}\n{_shape(m)}"
         out.append(f'  i{k} [label={_q(label)}, style="rounded,filled", '
@@ -275,7 +276,7 @@ def to_dot(graph: ModuleGraph, *, rollup: bool = True, direction: str = "TB") ->
     elif calls:
         stack = [(k, False) for k in reversed(lay.children.get(0, []))]
         if 0 in anchors:
-            out.append(f'  a0 [label="{calls[0].type} output", shape=box, fontsize=8, '
+            out.append(f'  a0 [label="{calls[0].type} output", shape=box, fontsize={SMALL_PT}, '
                        f'fillcolor="{_FILL["anchor"]}"];')
     while stack:
         key, closing = stack.pop()
@@ -300,7 +301,7 @@ def to_dot(graph: ModuleGraph, *, rollup: bool = True, direction: str = "TB") ->
                    f'fillcolor="{fill}"; color="#999999"; fontsize=9;')
         if c.index in anchors:
             alabel = "\n".join([f"{c.type} output"] + _shapes("", c.outputs))
-            out.append(f'  a{c.index} [label={_q(alabel)}, fontsize=8, '
+            out.append(f'  a{c.index} [label={_q(alabel)}, fontsize={SMALL_PT}, '
                        f'fillcolor="{_FILL["anchor"]}"];')
         stack.append((key, True))
         stack.extend((k, False) for k in reversed(lay.children.get(c.index, [])))

@@ -55,6 +55,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..style import SMALL_PT
 from .records import DIRECTIONS, Direction, Graph, GraphNode
 from .rollup import LOOP, roll_up
 
@@ -191,7 +192,7 @@ def _node_line(name: str, n: GraphNode, prefix: str, fill: str | None, show_attr
         fill = _ACCUMULATE_FILL if is_acc else _FILL[n.kind]
     style = f'fillcolor="{fill}"'
     if n.kind == "saved":
-        style += ", fontsize=8, height=0.2"
+        style += f", fontsize={SMALL_PT}, height=0.2"
         if n.saved_state == "freed":
             style += ', style="filled,dashed", fillcolor="#eeeeee", fontcolor="#777777"'
     return f"  {name} [id={_q(prefix + name)}, label={_q(_label(n, show_attrs))}, {style}];"
@@ -378,7 +379,7 @@ def to_dot(graph: Graph, *, policy: LayoutPolicy | None = None, id_prefix: str =
             # Into the step before (a folded loop): dashed, and left out of the ranking,
             # so the one drawn step reads top to bottom.
             edge(f"n{s}", f"n{d}", ' [style=dashed, color="#b04a2f", constraint=false, '
-                 'label="previous step", fontname="Helvetica", fontsize=8, fontcolor="#b04a2f"]')
+                 f'label="previous step", fontname="Helvetica", fontsize={SMALL_PT}, fontcolor="#b04a2f"]')
         elif k in far and d not in hubs:
             # The edge leaves a dashed copy of `s` placed beside `d` (names n<s>_<k>, as
             # hub copies: the HTML tooltips and tests map a copy back to its Node).
