@@ -223,6 +223,18 @@ def test_plot_each_panel_own_axis_and_bucket_bytes():
         agv.plot_comm(t, micro_steps=3)
 
 
+def test_plot_symlog_time_on_every_pass():
+    """time_scale="symlog" applies to every pass's axis, not only the first panel's."""
+    t = many_passes(4)
+    two = _panels(agv.plot_comm([t, t], micro_steps=[1, 3], time_scale="symlog"))
+    assert [ax.get_xscale() for ax in two] == ["symlog"] * 4
+    # pass 1 spans 1.05 ms, pass 3 spans 3.15 ms: each its own ticks, shared by ranks
+    assert [list(ax.get_xticks()) for ax in two] == [[0, 0.5, 1], [0, 0.5, 1]] * 2
+    assert all(ax.get_xscale() == "linear" for ax in _panels(t.plot()))
+    with pytest.raises(ValueError, match="time_scale"):
+        agv.plot_comm(t, time_scale="log")
+
+
 def test_plot_says_which_passes_it_leaves_out():
     from autogradviz.distributed.comm_view import MAX_PANELS
 

@@ -144,15 +144,19 @@ def _lane_labels(trace: CommTrace, steps: list[int], lanes: int) -> list[str]:
 
 
 def plot_comm(traces: Any, micro_steps: Sequence[int] | None = None,
-              title: str | None = None) -> Figure:
+              title: str | None = None, time_scale: str = "linear") -> Figure:
     """Draw the backward Nodes and the all-reduces of one or more ranks' traces.
 
     ``traces`` is a `CommTrace` or its ``to_dict()``, or a list of them (one per rank,
     drawn as rows). ``micro_steps`` picks the backward passes to draw (default: all of
     them, or the last `MAX_PANELS` when there are more, the others named under the
     panels). Each column has its own time axis in ms from the start of its backward
-    pass; each all-reduce is labelled with its bucket's bytes.
+    pass; each all-reduce is labelled with its bucket's bytes. ``time_scale="symlog"``
+    makes every pass's axis linear to 1 ms and logarithmic beyond (ticks 0, 0.5, 1,
+    10, 100 ms), so sub-millisecond Nodes and slow all-reduces both show.
     """
+    if time_scale not in ("linear", "symlog"):
+        raise ValueError(f"time_scale must be 'linear' or 'symlog', not {time_scale!r}")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
     from matplotlib.lines import Line2D
@@ -197,7 +201,12 @@ def plot_comm(traces: Any, micro_steps: Sequence[int] | None = None,
     for m in steps:
         span = max(_span_ms(t, b) for t in rows for b in t.backwards if b.micro_step == m)
         first[m].set_xlim(0, span * 1.05)
-    main.supxlabel("ms since the backward pass started (each pass its own scale)",
+        if time_scale == "symlog":  # the ranks' panels of pass m share this axis
+            first[m].set_xscale("symlog", linthresh=1, linscale=1.5)
+            ticks = [t for t in (0, 0.5, 1, 10, 100) if t <= span * 1.05]
+            first[m].set_xticks(ticks, [f"{t:g}" for t in ticks])
+    main.supxlabel("ms since the backward pass started (each pass its own scale"
+                   + (", log beyond 1 ms)" if time_scale == "symlog" else ")"),
                    fontsize=10)
     if title is None:
         t = rows[0]

@@ -490,10 +490,12 @@ class CommTrace:
         )
 
     # The view is reached through `_comm_view()`, this record's one lazy import.
-    def plot(self, micro_steps: Any = None, title: str | None = None) -> Any:
+    def plot(self, micro_steps: Any = None, title: str | None = None,
+             time_scale: str = "linear") -> Any:
         """Timeline of each backward pass: a lane of Nodes, a lane per bucket's
         all-reduce (launch to completion); see `autogradviz.plot_comm`."""
-        return _comm_view().plot_comm([self], micro_steps=micro_steps, title=title)
+        return _comm_view().plot_comm([self], micro_steps=micro_steps, title=title,
+                                      time_scale=time_scale)
 
 
 def _comm_view() -> Any:
