@@ -1,4 +1,4 @@
-"""Chapter 5: the two-rank proofs of Q24 and Q26 in one torchrun job.
+"""Chapter 5: the two-rank proofs of Q24, Q25 and Q26 in one torchrun job.
 
     torchrun --standalone --nproc_per_node=2 notebooks/scripts/ch05_jobs.py
 
@@ -13,7 +13,15 @@ and the reference's, and the collectives `CommDebugMode` saw inside the call.
 init (Q24): the MLP built on the meta device, sharded, materialised with `to_empty` and
 re-initialised with `reset_parameters` under one seed; each rank reports its local
 shard of the first weight and whether the gathered weights equal an unsharded model
-initialised under the same seed (on CPU DTensor has no RNG tracker, so they do not).
+initialised under the same seed (on CPU DTensor has no RNG tracker, so they do not);
+whether DTensor's random ops support this mesh; and whether the recipe that works on CPU,
+initialising the whole model under the seed and sharding it afterwards, gathers back
+to the unsharded weights.
+
+sp (Q25): a LayerNorm under tensor-parallel `SequenceParallel`, each rank normalising
+its half of the tokens: the placements of its weight and of the weight's gradient, the
+collectives `optimizer.step()` runs, and whether the stepped weight equals one process
+stepping on all the tokens.
 
 Run it from the notebooks/ folder with
     agv.torchrun("scripts/ch05_jobs.py", nproc=2)
@@ -21,14 +29,18 @@ Run it from the notebooks/ folder with
 from __future__ import annotations
 
 import copy
+import warnings
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._random import is_rng_supported_mesh
 from torch.distributed.tensor.debug import CommDebugMode
+from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn.utils import clip_grad_norm_
 
@@ -108,17 +120,56 @@ def init(ctx) -> dict:
         lazy[i].reset_parameters()
     gathered = [p.full_tensor() for p in lazy.parameters()]
     local_rows = lazy[0].weight.to_local().shape[0]
+    # The CPU recipe: initialise the whole model under the seed, then shard it.
+    torch.manual_seed(24)
+    eager = mlp()
+    for i in LAYERS:
+        fully_shard(eager[i])
+    fully_shard(eager)
+    with warnings.catch_warnings():  # it warns when it answers False
+        warnings.simplefilter("ignore")
+        rng_supported = is_rng_supported_mesh(lazy[0].weight.device_mesh)
     return {"first_weight_local": lazy[0].weight.to_local().tolist(),
             "equal_to_unsharded": all(torch.equal(g, p) for g, p in
                                       zip(gathered, plain.parameters())),
             "first_weight_local_rows": local_rows,
             "max_gap": max((g - p).abs().max().item() for g, p in
-                           zip(gathered, plain.parameters()))}
+                           zip(gathered, plain.parameters())),
+            "rng_supported_mesh": rng_supported,
+            "init_then_shard_equal": all(torch.equal(p.full_tensor(), q) for p, q in
+                                         zip(eager.parameters(), plain.parameters()))}
+
+
+def sp(ctx) -> dict:
+    torch.manual_seed(25)
+    norm = nn.LayerNorm(8)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, 6, 8)                        # (N, T, C), the same on every rank
+    reference = copy.deepcopy(norm)                 # one process, every token
+    reference(x).pow(2).sum().backward()
+    torch.optim.SGD(reference.parameters(), lr=0.1).step()
+    mesh = init_device_mesh("cpu", (ctx.world_size,))
+    sharded = parallelize_module(copy.deepcopy(norm), mesh, SequenceParallel())
+    my_tokens = x.chunk(ctx.world_size, dim=1)[ctx.rank]
+    sharded(my_tokens).to_local().pow(2).sum().backward()   # the loss of my tokens
+    grad = sharded.weight.grad
+    out = {"weight_placements": [repr(p) for p in sharded.weight.placements],
+           "grad_placements": [repr(p) for p in grad.placements],
+           "grad_local_is_full": torch.allclose(grad.to_local(), reference.weight.grad,
+                                                atol=1e-5)}
+    with CommDebugMode() as comm:
+        torch.optim.SGD(sharded.parameters(), lr=0.1).step()
+    out["step_collectives"] = {str(k): v for k, v in comm.get_comm_counts().items()}
+    out["step_equals_reference"] = all(
+        torch.allclose(p.to_local(), r, atol=1e-6)
+        for p, r in zip(sharded.parameters(), reference.parameters()))
+    return out
 
 
 def main() -> None:
     ctx = init_distributed()
-    report({"clip": clip(ctx), "init": init(ctx)})
+    report({"clip": clip(ctx), "init": init(ctx), "sp": sp(ctx)})
     dist.barrier()
 
 
