@@ -36,6 +36,9 @@ from typing import Any
 __all__ = ["SolutionError", "Verdict", "check", "verdict"]
 
 CORRECT = "correct!"
+#: Width a printed verdict wraps at: an output block on the site shows about 86 columns at
+#: desktop width before it scrolls, and wraps at phone width (book.css).
+VERDICT_COLUMNS = 80
 
 
 @dataclass(frozen=True)
@@ -221,7 +224,7 @@ def check(
     """Print only the verdict on `answer`: ``correct!`` or what is wrong and the hint.
 
     Returns None so that a check as a cell's last line shows the verdict and nothing else.
-    A long verdict is wrapped at 88 columns (whole words), so it reads on a phone."""
+    A long verdict is wrapped at `VERDICT_COLUMNS` (whole words), so it reads on a phone."""
     text = verdict(answer, expected, name=name, hint=hint, rtol=rtol, atol=atol, ordered=ordered,
                   solution=solution, args=args).message
-    print(textwrap.fill(text, width=88, break_long_words=False, break_on_hyphens=False))
+    print(textwrap.fill(text, width=VERDICT_COLUMNS, break_long_words=False, break_on_hyphens=False))

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import autogradviz as agv
-from autogradviz.exercises import SolutionError
+from autogradviz.exercises import VERDICT_COLUMNS, SolutionError
 
 # Expected values a message must never quote (chosen so that no wrong answer below contains them).
 SECRET_NUMBER = 4.0
@@ -157,9 +157,9 @@ def test_function_exercises_call_answer_and_solution_and_a_stub_is_not_yet() -> 
         agv.verdict(_nodes, n, args=loss)
 
 
-def test_a_long_verdict_is_wrapped_at_88_columns_without_splitting_words(capsys) -> None:
+def test_a_long_verdict_is_wrapped_without_splitting_words(capsys) -> None:
     hint = " ".join(["a_rather_long_identifier"] * 12)
     agv.check(None, 1.0, name="my_prediction", hint=hint)
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) > 1 and all(len(line) <= 88 for line in lines), lines
+    assert len(lines) > 1 and all(len(line) <= VERDICT_COLUMNS for line in lines), lines
     assert " ".join(lines) == str(agv.verdict(None, 1.0, name="my_prediction", hint=hint))
