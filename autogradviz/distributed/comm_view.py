@@ -205,8 +205,8 @@ def plot_comm(traces: Any, micro_steps: Sequence[int] | None = None,
             first[m].set_xscale("symlog", linthresh=1, linscale=1.5)
             ticks = [t for t in (0, 0.5, 1, 10, 100) if t <= span * 1.05]
             first[m].set_xticks(ticks, [f"{t:g}" for t in ticks])
-    main.supxlabel("ms since the backward pass started (each pass its own scale"
-                   + (", log beyond 1 ms)" if time_scale == "symlog" else ")"),
+    main.supxlabel("ms since the backward pass started (" + (
+                   "log beyond 1 ms)" if time_scale == "symlog" else "each pass its own scale)"),
                    fontsize=10)
     if title is None:
         t = rows[0]

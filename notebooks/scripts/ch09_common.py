@@ -9,7 +9,10 @@ and rank 0 can rebuild any rank's batch to compute a single-process reference.
 """
 from __future__ import annotations
 
+import time
+
 import torch
+import torch.distributed as dist
 from torch import nn
 
 IN, HIDDEN, OUT = 8, 16, 4  # a 3-layer MLP of 484 parameters (1,936 bytes in float32)
@@ -31,3 +34,26 @@ def batch(rank: int, step: int, rows: int = 4,
     x = torch.randn(rows, IN, generator=gen)
     y = torch.randn(rows, OUT, generator=gen)
     return x.to(device), y.to(device)
+
+
+SWEEP = (1, 2**8, 2**12, 2**16, 2**20)  # message sizes (elements) for the timing sweep
+
+
+def alpha_sweep(device: torch.device, sizes=SWEEP, rounds: int = 7) -> dict:
+    """Median wall time (s) of dist.all_reduce on float32 messages of each size.
+
+    The sizes are interleaved round by round, so a burst of load on a busy machine
+    hits every size alike instead of one."""
+    bufs = {n: torch.ones(n, device=device) for n in sizes}
+    times: dict = {n: [] for n in sizes}
+    for _ in range(rounds):
+        for n in sizes:
+            dist.barrier()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            dist.all_reduce(bufs[n])
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times[n].append(time.perf_counter() - start)
+    return {str(n): sorted(t)[len(t) // 2] for n, t in times.items()}

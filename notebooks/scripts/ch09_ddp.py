@@ -218,9 +218,35 @@ def accumulation(ctx) -> dict:
     return out
 
 
+class SkipsALayer(torch.nn.Module):
+    """The toy MLP plus a Linear that forward never uses."""
+
+    def __init__(self, device) -> None:
+        super().__init__()
+        self.used = tiny_mlp(0, device)
+        self.skipped = torch.nn.Linear(2, 2).to(device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x)
+
+
+def unused_parameter_error(ctx) -> str:
+    """Q42: a parameter the forward skips never gets a gradient, so its bucket never
+    completes; DDP raises at the next forward (on every rank alike, so no hang)."""
+    ddp = DDP(SkipsALayer(ctx.device))
+    x, y = batch(ctx.rank, 0, device=ctx.device)
+    try:
+        for _ in range(2):
+            F.mse_loss(ddp(x), y).backward()
+    except RuntimeError as err:
+        return str(err).splitlines()[0]
+    return "no error"
+
+
 def run(ctx) -> dict:
     """Both parts, for ch09_jobs.py or this file's own main."""
-    return {"basics": ddp_basics(ctx), "accumulation": accumulation(ctx)}
+    return {"basics": ddp_basics(ctx), "accumulation": accumulation(ctx),
+            "unused_error": unused_parameter_error(ctx)}
 
 
 def main() -> None:

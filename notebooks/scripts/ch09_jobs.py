@@ -4,7 +4,9 @@ Starting the processes is most of a small job's cost, so the notebook starts the
 each rank runs DDP's part (ch09_ddp.run: Q42 and Q44) and then the sharding part
 (ch09_sharding.run: Q45 and Q46) in the same process group, and reports both:
 
-    {"basics": ..., "accumulation": ..., "zero": ..., "fsdp": ...}
+    {"basics": ..., "accumulation": ..., "zero": ..., "fsdp": ..., "sweep_s": ...}
+
+"sweep_s" is Q43's timed all-reduce sweep, on these two ranks (one process per core).
 
 The parts share nothing but the process group; each seeds its own data and models.
 Run it from the notebooks/ folder with
@@ -19,11 +21,13 @@ import ch09_ddp  # the scripts folder is on sys.path: it holds the running scrip
 import ch09_sharding
 
 from autogradviz import init_distributed, report
+from ch09_common import alpha_sweep
 
 
 def main() -> None:
     ctx = init_distributed()
-    report({**ch09_ddp.run(ctx), **ch09_sharding.run(ctx)})
+    report({**ch09_ddp.run(ctx), **ch09_sharding.run(ctx),
+            "sweep_s": alpha_sweep(ctx.device)})
 
 
 if __name__ == "__main__":

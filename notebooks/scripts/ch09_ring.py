@@ -15,7 +15,6 @@ ch09_sharding.py saved there on 2 ranks into the same FSDP2 model on this job's 
 from __future__ import annotations
 
 import sys
-import time
 import warnings
 
 import torch
@@ -29,7 +28,6 @@ from autogradviz import init_distributed, report
 from ch09_common import tiny_mlp
 
 NUMEL = 1000  # elements per rank (divisible by 4, so every chunk has 250)
-SWEEP = (1, 2**8, 2**12, 2**16, 2**20)  # message sizes (elements) for the timing sweep
 
 
 def ring_all_reduce(x: torch.Tensor, rank: int, world: int):
@@ -56,22 +54,6 @@ def ring_all_reduce(x: torch.Tensor, rank: int, world: int):
             sent += chunks[out_i].numel() * chunks[out_i].element_size()
             schedule.append((phase, step, out_i, in_i))
     return torch.cat(chunks), sent, schedule
-
-
-def median_all_reduce_s(numel: int, device: torch.device, repeats: int = 7) -> float:
-    """Median wall time of dist.all_reduce on ``numel`` float32 elements."""
-    t = torch.ones(numel, device=device)
-    times = []
-    for _ in range(repeats):
-        dist.barrier()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        dist.all_reduce(t)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
 
 
 def load_resharded(path: str, device: torch.device) -> dict:
@@ -125,7 +107,6 @@ def main() -> None:
         dist.all_gather_into_tensor(torch.empty_like(rebuilt), part)
     old_names = [f"{w.category.__name__}: {w.message}" for w in caught]
 
-    sweep = {str(n): median_all_reduce_s(n, ctx.device) for n in SWEEP}
     loaded = load_resharded(sys.argv[1], ctx.device) if len(sys.argv) > 1 else {}
     report({
         **loaded,
@@ -140,7 +121,6 @@ def main() -> None:
         "noise_max_diff": float((ring_noise - ref_noise).abs().max()),
         "first_values": ring[:4],
         "schedule": schedule,
-        "sweep_s": sweep,
     })
 
 

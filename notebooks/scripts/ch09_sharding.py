@@ -69,6 +69,19 @@ def local_bytes(tensors) -> int:
 
 
 # --- Q45: ZeRO stage 1 ----------------------------------------------------------
+class BroadcastBytes(TorchDispatchMode):
+    """Bytes of every tensor a ``c10d.broadcast_`` sends or receives, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nbytes: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "c10d" and func.__name__.startswith("broadcast_"):
+            self.nbytes.append(sum(t.numel() * t.element_size() for t in args[0]))
+        return func(*args, **(kwargs or {}))
+
+
 def zero_stage1(ctx) -> dict:
     dev, rank = ctx.device, ctx.rank
     plain, sharded = DDP(tiny_mlp(0, dev)), DDP(tiny_mlp(0, dev))
@@ -78,17 +91,18 @@ def zero_stage1(ctx) -> dict:
                                    optimizer_class=torch.optim.Adam, lr=LR)
     mine = [p for group in zero.optim.param_groups for p in group["params"]]
 
-    memory, full_grads, step_comm = {}, None, {}
+    memory, full_grads, step_comm, broadcast = {}, None, {}, []
     for step in range(STEPS):
         x, y = batch(rank, step, device=dev)
         for label, model, opt in (("adam", plain, adam), ("zero", sharded, zero)):
             if step > 0:
                 F.mse_loss(model(x), y).backward()
-                with CommDebugMode() as comm:  # the collectives of the step itself
-                    opt.step()
+                with CommDebugMode() as comm, BroadcastBytes() as sent:
+                    opt.step()  # the collectives of the step itself
                 if step == 1:
                     step_comm[label] = {str(k): v for k, v in
                                         comm.get_comm_counts().items()}
+                    broadcast += sent.nbytes
                 opt.zero_grad()
                 continue
             # ZeroRedundancyOptimizer keeps its state in the local optimizer it wraps
@@ -115,6 +129,7 @@ def zero_stage1(ctx) -> dict:
         "full_grads_on_every_rank": full_grads,
         "max_weight_diff": diff,
         "step_collectives": step_comm,  # CommDebugMode around opt.step(), step 1
+        "broadcast_bytes": broadcast,  # each broadcast of those steps, in bytes
         "param_count": len(list(plain.parameters())),
     }
 
