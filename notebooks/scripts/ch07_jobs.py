@@ -3,19 +3,20 @@
     torchrun --standalone --nproc_per_node=2 notebooks/scripts/ch07_jobs.py
 
 scaler: one Linear trained with loss scaling, with an inf written into rank 0's
-gradient only. Three set-ups: hand-sharded plain tensors with a plain
-`torch.amp.GradScaler` (each rank sees only its own shard, like FSDP1's flat shards),
-the same with FSDP1's `ShardedGradScaler`, and FSDP2 (`fully_shard`, DTensor
-gradients) with a plain `torch.amp.GradScaler`. Each rank reports whether its weights
-moved and the scale after `update()`.
+gradient only. Three set-ups: FSDP1 (`FullyShardedDataParallel` on the CPU: each rank
+holds one local flat shard) with a plain `torch.amp.GradScaler`, the same with FSDP1's
+`ShardedGradScaler`, and FSDP2 (`fully_shard`, DTensor gradients) with a plain
+`torch.amp.GradScaler`. Each rank reports whether its weights moved and the scale
+after `update()`.
 
 mixed: FSDP2 with `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`.
 Each rank reports the dtype of its sharded parameter, of the parameter its forward
 sees, of its sharded gradient, and the dtypes of the tensors handed to the all-gather
 and the reduce-scatter.
 
-ddp: DDP gradients with the default all-reduce and with `bf16_compress_hook`: the
-dtype of the bucket DDP hands the hook, and whether the hook's result equals the
+ddp: DDP with its forward under `torch.autocast("cpu", dtype=torch.bfloat16)`, with
+the default all-reduce and with `bf16_compress_hook`: the dtype of the bucket DDP
+hands a hook and of the gradients, and whether the compressed result equals the
 bf16-rounded average computed by hand.
 
 Run it from the notebooks/ folder with
@@ -29,6 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP1
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -43,7 +45,8 @@ def scaled_step(params, scaler, rank: int) -> dict:
     before = [p.detach().clone() for p in params]
     if rank == 0:
         grad = params[0].grad
-        (grad.to_local() if hasattr(grad, "to_local") else grad)[0, 0] = float("inf")
+        local = grad.to_local() if hasattr(grad, "to_local") else grad
+        local.view(-1)[0] = float("inf")
     scaler.step(opt)
     scaler.update()
     moved = any(not torch.equal(b, p.detach()) for b, p in zip(before, params))
@@ -55,14 +58,15 @@ def scaler_part(ctx) -> dict:
     torch.manual_seed(0)
     full = nn.Linear(4, 4)
     x = torch.randn(2, 4)
-    for name, make in (("local shards, GradScaler", lambda: torch.amp.GradScaler("cpu")),
-                       ("local shards, ShardedGradScaler",
-                        lambda: ShardedGradScaler("cpu"))):
-        # Each rank owns rows [2r, 2r + 2) of the weight, as a plain tensor.
-        shard = nn.Parameter(full.weight.detach()[2 * ctx.rank:2 * ctx.rank + 2].clone())
+    for name, make in (("FSDP1, GradScaler", lambda: torch.amp.GradScaler("cpu")),
+                       ("FSDP1, ShardedGradScaler", lambda: ShardedGradScaler("cpu"))):
+        # FSDP1 flattens the Linear's weight and bias and keeps one flat shard per rank.
+        fsdp1 = FSDP1(copy.deepcopy(full), device_id=torch.device("cpu"))
+        flat = list(fsdp1.parameters())
+        out["FSDP1 flat shard"] = [tuple(p.shape) for p in flat]
         scaler = make()
-        scaler.scale((x @ shard.T).sum()).backward()
-        out[name] = scaled_step([shard], scaler, ctx.rank)
+        scaler.scale(fsdp1(x).sum()).backward()
+        out[name] = scaled_step(flat, scaler, ctx.rank)
     model = copy.deepcopy(full)
     fully_shard(model)
     scaler = torch.amp.GradScaler("cpu")
@@ -110,24 +114,36 @@ def ddp_part(ctx) -> dict:
     base = nn.Linear(16, 16)
     x = torch.randn(4, 16) * (1 + ctx.rank)
     plain = DDP(copy.deepcopy(base))
-    plain(x).square().sum().backward()
-    local = copy.deepcopy(base)
-    local(x).square().sum().backward()          # this rank's own gradient, no DDP
-    compressed = DDP(copy.deepcopy(base))
-    buckets = []
+    buckets = {}
 
     def hook(state, bucket):
-        buckets.append(str(bucket.buffer().dtype))
-        return default_hooks.bf16_compress_hook(state, bucket)
+        buckets.setdefault(state, str(bucket.buffer().dtype))
+        hooks = {"plain": default_hooks.allreduce_hook,
+                 "bf16": default_hooks.bf16_compress_hook}
+        return hooks[state](dist.group.WORLD, bucket)
 
-    compressed.register_comm_hook(None, hook)
-    compressed(x).square().sum().backward()
+    plain.register_comm_hook("plain", hook)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = plain(x)                                  # bf16: the Linear ran in bf16
+    y.float().square().sum().backward()
+    local = copy.deepcopy(base)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y_local = local(x)
+    y_local.float().square().sum().backward()        # this rank's own gradient, no DDP
+    compressed = DDP(copy.deepcopy(base))
+    compressed.register_comm_hook("bf16", hook)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y_hook = compressed(x)
+    y_hook.float().square().sum().backward()
     # By hand: each rank's gradient in bf16, divided by the world size, summed in bf16.
     g = local.weight.grad.to(torch.bfloat16).div_(ctx.world_size)
     dist.all_reduce(g)
     by_hand = g.float()
-    return {"bucket dtype": buckets[0],
-            "grad dtype": str(compressed.module.weight.grad.dtype),
+    return {"forward output dtype": str(y.dtype),
+            "bucket dtype": buckets["plain"],
+            "bucket dtype, bf16 hook": buckets["bf16"],
+            "grad dtype": str(plain.module.weight.grad.dtype),
+            "grad dtype, bf16 hook": str(compressed.module.weight.grad.dtype),
             "equals bf16 by hand": torch.equal(compressed.module.weight.grad, by_hand),
             "equals fp32 all-reduce": torch.equal(compressed.module.weight.grad,
                                                   plain.module.weight.grad),
