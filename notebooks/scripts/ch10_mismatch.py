@@ -11,7 +11,8 @@ variable does at import, so one job can show a bug with and without the checks.
 
 * "pair" (no checks): rank 1 skips an all-reduce and calls its next collective, a
   barrier, on the same group. Collectives pair up by order, so the barrier meets the
-  all-reduce and both ranks wait for the group's timeout.
+  all-reduce; the first rank to give up waits out the group's timeout, and the other
+  fails with it.
 * "op" (DETAIL): rank 0 all-reduces while rank 1 broadcasts. The ranks compare the
   calls first (op type, shapes, dtypes, devices) and both raise at once.
 * "shape" (DETAIL): both ranks all-reduce, tensors of 4 and 5 elements.
