@@ -5,7 +5,7 @@ A two-tower model (one linear encoder per modality and a learnable temperature) 
 wrapped in DistributedDataParallel, which averages parameter gradients over ranks.
 Every rank computes its loss over its LOCAL rows only: its n images against all N
 texts and its n texts against all N images. The N embeddings come from a gather, done
-four ways:
+in one of these modes:
 
   plain      dist.all_gather, then the rank's own slot swapped for its local tensor
              (the gathered copies of the other ranks carry no autograd history);
@@ -14,7 +14,8 @@ four ways:
   functional torch.distributed._functional_collectives.all_gather_single
              (differentiable: its backward sums each slot's gradient over ranks);
   custom     GatherWithGrad below: the same idea written as an autograd.Function;
-  full_nxn   the plain gather, but every rank computes the whole N x N loss.
+  full_nxn   the plain gather, but every rank computes the whole N x N loss;
+  full_nxn_grad  all_gather_single (differentiable), and the whole N x N loss.
 
 Each rank also builds the same global batch and computes the single-process,
 full-batch gradient as the reference, and reports everything with autogradviz.report.
@@ -140,15 +141,16 @@ def run(ctx: DistributedContext) -> dict:
            "reference_loss": ref_loss.item(), "reference_grads": grads(reference)}
 
     rows = slice(rank * n, (rank + 1) * n)
-    for how in ("plain", "nn_gather", "functional", "custom", "full_nxn"):
+    full_nxn_gather = {"full_nxn": "plain", "full_nxn_grad": "functional"}
+    for how in ("plain", "nn_gather", "functional", "custom", *full_nxn_gather):
         ddp.zero_grad(set_to_none=True)
         img, txt, scale = ddp(images[rows], texts[rows])
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            collective = "plain" if how == "full_nxn" else how
+            collective = full_nxn_gather.get(how, how)
             all_img, others_tracked = gather(img, collective, rank, world)
             all_txt, _ = gather(txt, collective, rank, world)
-        if how == "full_nxn":
+        if how in full_nxn_gather:
             loss = full_loss(all_img, all_txt, scale)
         else:
             loss = local_rows_loss(img, txt, all_img, all_txt, scale, rank * n)
