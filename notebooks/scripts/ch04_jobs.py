@@ -5,8 +5,8 @@
 Each rank feeds its own data (rank 1's is scaled up), so local and reduced gradients
 differ.
 
-order: DDP with a comm hook that logs and then all-reduces, and a post-accumulate-grad
-hook on each parameter: the order of the events, and whether the hook saw this rank's
+order: DDP with a comm hook that logs and then all-reduces, a tensor hook on the bias
+and a post-accumulate-grad hook on each parameter: the order of the events, and whether the hook saw this rank's
 local gradient or the average that `.grad` holds after backward.
 
 step: three SGD steps three ways under DDP: the usual `step()`; one optimizer per
@@ -65,6 +65,7 @@ def order_part(ctx) -> dict:
         return default_hooks.allreduce_hook(state, bucket)
 
     ddp.register_comm_hook(dist.group.WORLD, logged_allreduce)
+    ddp.module.bias.register_hook(lambda g: events.append("tensor hook bias"))
     for name, p in ddp.module.named_parameters():
         def post(p, name=name):
             events.append(f"post-accumulate {name}")
