@@ -528,17 +528,17 @@ def _code_text(cells) -> str:
     )
 
 
-def search_index(pages: list[tuple[str, str, str, dict[float, str]]]) -> dict[str, object]:
+def search_index(pages: list[tuple[str, str, str, list[tuple[float, str]]]]) -> dict[str, object]:
     """The search index: {"pages": [[url, title, snippet], ...], "terms": {term: [[page, score], ...]}}.
 
-    `pages` holds (url, title, snippet, {weight: text}); a term's score on a page is, per
-    weight, weight * (1 + ln count), summed."""
+    `pages` holds (url, title, snippet, [(weight, text), ...]); a term's score on a page is,
+    per field, weight * (1 + ln count), summed, times the term's rarity across pages."""
     import math
 
     terms: dict[str, list[list[float]]] = {}
     for i, (_url, _title, _snippet, fields) in enumerate(pages):
         score: dict[str, float] = {}
-        for weight, text in fields.items():
+        for weight, text in fields:
             counts: dict[str, int] = {}
             words = _tokens(text)
             # Each word, and each pair of neighbours ("version counter"): a phrase searched for
@@ -548,14 +548,22 @@ def search_index(pages: list[tuple[str, str, str, dict[float, str]]]) -> dict[st
             for t, c in counts.items():
                 score[t] = score.get(t, 0.0) + weight * (1 + math.log(c))
         for t, v in score.items():
-            terms.setdefault(t, []).append([i, round(v, 3)])
+            terms.setdefault(t, []).append([i, v])
+    # A word on every page ("tensor") says little about which page is meant: each term's
+    # scores are scaled by its rarity, ln(1 + pages / pages that have it). Done here, once,
+    # so book.js ranks with the same numbers.
+    for t, postings in terms.items():
+        rarity = math.log(1 + len(pages) / len(postings))
+        for entry in postings:
+            entry[1] = round(entry[1] * rarity, 3)
     return {"pages": [[u, t, s] for u, t, s, _ in pages], "terms": terms}
 
 
 def search(index: dict[str, object], query: str) -> list[str]:
     """The page urls a query finds, best first: every word must occur (a word of 3+ letters
     also matches the start of a longer one, at half score), and two words that occur side by
-    side score again as a phrase. book.js ranks the same way."""
+    side score again as a phrase (the second word matched the same way). book.js ranks the
+    same way."""
     words = _tokens(query)
     scores: dict[int, float] | None = None
     for w in words:
@@ -573,7 +581,17 @@ def search(index: dict[str, object], query: str) -> list[str]:
     if not scores:
         return []
     for a, b in zip(words, words[1:]):  # a phrase bonus: the pair's own score where it occurs
-        for page, value in index["terms"].get(f"{a} {b}", []):  # type: ignore[union-attr]
+        pair, bonus = f"{a} {b}", {}  # "tensor parallel" also finds "tensor parallelism", at half
+        for term, postings in index["terms"].items():  # type: ignore[union-attr]
+            if term == pair:
+                f = 1.0
+            elif len(b) >= 3 and term.startswith(pair) and term.count(" ") == 1:
+                f = 0.5
+            else:
+                continue
+            for page, value in postings:
+                bonus[page] = max(bonus.get(page, 0.0), f * value)
+        for page, value in bonus.items():
             if page in scores:
                 scores[page] += value
     pages = index["pages"]  # type: ignore[index]
@@ -593,7 +611,7 @@ def book_search_pages(questions: list[Question], chapters: dict[int, Path], book
     for url, md in book_pages.items():
         title = next((line[2:].strip() for line in md.splitlines() if line.startswith("# ")), url)
         body = re.sub(r"<!--.*?-->", "", md, flags=re.S)
-        pages.append((url, title, _snippet(plain(body.split("\n", 1)[-1])), {W_BOOK_TITLE: title, W_BOOK: plain(body)}))
+        pages.append((url, title, _snippet(plain(body.split("\n", 1)[-1])), [(W_BOOK_TITLE, title), (W_BOOK, plain(body))]))
     for number, nb_path in sorted(chapters.items()):
         parsed = _chapter(nb_path)
         import nbformat
@@ -605,7 +623,7 @@ def book_search_pages(questions: list[Question], chapters: dict[int, Path], book
         prose = plain("\n\n".join(c.source for c in cells[:first] + rest if c.cell_type == "markdown"))
         title = parsed.title or nb_path.stem
         url = chapter_page(nb_path).replace(".ipynb", ".html")
-        pages.append((url, title, _snippet(prose.replace(title, "", 1)), {W_TITLE: title, W_PROSE: prose, W_CODE: _code_text(rest)}))
+        pages.append((url, title, _snippet(prose.replace(title, "", 1)), [(W_TITLE, title), (W_PROSE, prose), (W_CODE, _code_text(rest))]))
         for s in parsed.questions:
             sec = cells[s.start:s.end]
             short_cells = {c.cell for c in s.short_answers}
@@ -616,7 +634,9 @@ def book_search_pages(questions: list[Question], chapters: dict[int, Path], book
                                        if c.cell_type == "markdown" and i not in short_cells and i != s.start))
             # The short answer's first sentence states the answer: it counts again, as a heading would.
             lead = re.split(r"(?<=[.!?])\s", plain(s.short_answers[0].text), maxsplit=1)[0] if s.short_answers else ""
-            fields = {W_TITLE: plain(heading), W_SHORT: short, W_LEAD: lead, W_PROSE: prose, W_CODE: _code_text(sec)}
+            # (weight, text) pairs, not a dict keyed by weight: two fields may weigh the same.
+            fields = [(W_TITLE, plain(heading)), (W_SHORT, short), (W_LEAD, lead), (W_PROSE, prose),
+                      (W_CODE, _code_text(sec))]
             pages.append((question_page(s.number).replace(".ipynb", ".html"), plain(heading), _snippet(short), fields))
     return pages
 

@@ -280,12 +280,16 @@ def test_search_finds_the_question_that_explains_each_term() -> None:
 
 
 def test_search_ranks_heading_above_short_answer_above_prose_above_code() -> None:
-    fields = lambda w, title="T": {bs.W_TITLE: title, bs.W_SHORT: "", bs.W_PROSE: "", bs.W_CODE: "", **{w: "zork"}}  # noqa: E731
+    fields = lambda w: [(bs.W_TITLE, "T"), (w, "zork")]  # noqa: E731
     pages = [(f"p{i}.html", "T", "", fields(w)) for i, w in enumerate((bs.W_CODE, bs.W_PROSE, bs.W_SHORT, bs.W_TITLE))]
     index = bs.search_index(pages)
     assert bs.search(index, "zork") == ["p3.html", "p2.html", "p1.html", "p0.html"]
+    # Two fields of the same weight both count (the short answer and its lead sentence do).
+    index = bs.search_index([("one.html", "", "", [(bs.W_SHORT, "zork")]),
+                             ("both.html", "", "", [(bs.W_SHORT, "zork"), (bs.W_LEAD, "zork")])])  # fmt: skip
+    assert bs.search(index, "zork") == ["both.html", "one.html"]
     # A phrase outranks the same two words apart; every word must occur; plurals fold.
-    index = bs.search_index([("apart.html", "", "", {1.0: "version of the counter"}),
-                             ("phrase.html", "", "", {1.0: "the version counter"}),
-                             ("one.html", "", "", {1.0: "version"})])  # fmt: skip
+    index = bs.search_index([("apart.html", "", "", [(1.0, "version of the counter")]),
+                             ("phrase.html", "", "", [(1.0, "the version counter")]),
+                             ("one.html", "", "", [(1.0, "version")])])  # fmt: skip
     assert bs.search(index, "version counters") == ["phrase.html", "apart.html"]

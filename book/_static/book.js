@@ -22,7 +22,8 @@
   // scripts/build_site.py, which ranks the same way in Python for its tests): a word in a
   // question's heading counts most, then its short answer, then its prose, then its code;
   // every word must occur, a word of 3+ letters also matches the start of a longer one, and
-  // two neighbouring words score again as a phrase.
+  // two neighbouring words score again as a phrase (the second also as a prefix); each term's
+  // scores already carry its rarity across pages.
   function stem(t) { return t.length > 3 && /s$/.test(t) && !/ss$/.test(t) ? t.slice(0, -1) : t; }
   function tokens(text) {
     return (text.toLowerCase().match(/[a-z0-9_]+/g) || []).filter(function (t) { return t.length > 1; }).map(stem);
@@ -43,9 +44,14 @@
     });
     if (!scores) return [];
     for (var k = 0; k + 1 < words.length; k++) {  // a phrase bonus: the pair's own score where it occurs
-      (index.terms[words[k] + " " + words[k + 1]] || []).forEach(function (p) {
-        if (p[0] in scores) scores[p[0]] += p[1];
+      var pair = words[k] + " " + words[k + 1], second = words[k + 1], bonus = {};
+      Object.keys(index.terms).forEach(function (term) {  // the second word also as a prefix, at half
+        var f = term === pair ? 1 : (second.length >= 3 && term.indexOf(pair) === 0 &&
+                                     term.split(" ").length === 2 ? 0.5 : 0);
+        if (!f) return;
+        index.terms[term].forEach(function (p) { bonus[p[0]] = Math.max(bonus[p[0]] || 0, f * p[1]); });
       });
+      Object.keys(bonus).forEach(function (p) { if (p in scores) scores[p] += bonus[p]; });
     }
     var round = function (x) { return Math.round(x * 1e6) / 1e6; };
     return Object.keys(scores).map(Number).sort(function (a, b) {
