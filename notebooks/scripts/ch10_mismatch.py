@@ -11,8 +11,7 @@ variable does at import, so one job can show a bug with and without the checks.
 
 * "pair" (no checks): rank 1 skips an all-reduce and calls its next collective, a
   barrier, on the same group. Collectives pair up by order, so the barrier meets the
-  all-reduce; the first rank to give up waits out the group's timeout, and the other
-  fails with it.
+  all-reduce; each rank waits out the group's timeout and raises its own timeout error.
 * "op" (DETAIL): rank 0 all-reduces while rank 1 broadcasts. The ranks compare the
   calls first (op type, shapes, dtypes, devices) and both raise at once.
 * "shape" (DETAIL): both ranks all-reduce, tensors of 4 and 5 elements.
