@@ -73,6 +73,8 @@ DESKTOP = {"width": 1400, "height": 900}
 PHONE = {"width": 390, "height": 844}
 MIN_FIGURE_SCALE = 0.6  # a figure shown smaller than this share of its natural width is unreadable
 PHONE_FIGURE_SCALE = 0.65  # on a phone: below this, 9 pt text in a figure is under 9 px
+PHONE_FIGURE_PX = 350  # the width a 390 px phone gives a figure (autogradviz.style)
+MAX_FIGURE_PX = int(PHONE_FIGURE_PX / PHONE_FIGURE_SCALE)  # 538: the widest figure that passes
 # Terms from the questions' own vocabulary and the question that explains each: searching
 # for the term must give that question's page first (checked on the full book only).
 SEARCH_TERMS = {
@@ -339,7 +341,7 @@ def _check_phone_layout(page, url: str, name: str, report: SiteReport) -> str:
         report.small_phone_figures.append((name, f["src"], f["scale"]))
         report.problems.append(
             f"{name}: at {PHONE['width']} px a figure shows at {f['scale']:.0%} of its natural width "
-            f"(below {PHONE_FIGURE_SCALE:.0%}; make it at most 538 px wide): {f['src']}")
+            f"(below {PHONE_FIGURE_SCALE:.0%}; make it at most {MAX_FIGURE_PX} px wide): {f['src']}")
     return f"phone: {r['wide']}/{r['pres']} blocks scroll, smallest figure at {r['minScale']:.0%} of natural"
 
 
