@@ -111,3 +111,21 @@ def test_bad_shapes_are_refused():
         MegatronLayerShard(30, 4)
     with pytest.raises(ValueError, match="pass None"):
         MegatronLayerShard(32, 4, tp=2, sp="ring")
+
+
+def test_tp_mlp_partials_sum_to_the_mlp_and_stay_local():
+    from autogradviz.distributed.layer_shard import tp_mlp_partials
+
+    torch.manual_seed(0)
+    x, A, B = torch.randn(3, 4), torch.randn(4, 8), torch.randn(8, 4)
+    for t in (1, 2, 4):
+        parts, reduces = tp_mlp_partials(x, A, B, t)
+        assert len(parts) == t and reduces == (t > 1)
+        torch.testing.assert_close(sum(parts), F.gelu(x @ A) @ B)
+    # rank 0 of 2 reads only A's first column block and B's first row block
+    A2, B2 = A.clone(), B.clone()
+    A2[:, 4:], B2[4:] = 7.0, 7.0
+    torch.testing.assert_close(tp_mlp_partials(x, A2, B2, 2)[0][0],
+                               tp_mlp_partials(x, A, B, 2)[0][0])
+    with pytest.raises(ValueError, match="must divide"):
+        tp_mlp_partials(x, A, B, 3)

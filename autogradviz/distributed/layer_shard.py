@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["GatherLinear", "MegatronLayerShard", "SEQUENCE_PARALLEL"]
+__all__ = ["GatherLinear", "MegatronLayerShard", "SEQUENCE_PARALLEL", "tp_mlp_partials"]
 
 SequenceParallel = Literal["megatron", "torch"]
 #: How sequence parallelism gathers a column-parallel linear's input: "megatron" saves
@@ -111,3 +111,17 @@ class MegatronLayerShard(nn.Module):
         x = x + self.dropout(self.row(self.proj, core))
         return x + self.dropout(self.row(self.fc2,
                                          F.gelu(self.column(self.fc1, self.ln2(x)))))
+
+
+def tp_mlp_partials(x: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
+                    t: int) -> tuple[list[torch.Tensor], int]:
+    """What ``t`` Megatron tensor-parallel ranks compute for ``gelu(x @ A) @ B``: each
+    rank's partial output (rank 0's first) and how many all-reduces the forward needs.
+
+    The reference that Chapter 10's tensor-parallel exercise is checked against, kept
+    here so the check cell does not show the method."""
+    if t < 1 or A.shape[1] % t or B.shape[0] != A.shape[1]:
+        raise ValueError(f"t={t} must divide the hidden width {A.shape[1]} of A and B")
+    partials = [F.gelu(x @ a) @ b
+                for a, b in zip(A.tensor_split(t, dim=1), B.tensor_split(t, dim=0))]
+    return partials, int(t > 1)
