@@ -30,7 +30,9 @@ from .distributed.comm_view import plot_comm
 from .distributed.launch import DistributedJobError, init_distributed, report, torchrun
 from .distributed.pipeline import simulate_pipeline
 from .distributed.pipeline_view import compare_pipelines
-from .distributed.planner import activation_bytes_per_layer, model_state_bytes, plan_memory
+from .distributed.planner import (
+    activation_bytes_per_layer, model_state_bytes, plan_memory, ring_all_reduce_traffic,
+)
 from .distributed.records import (
     CommCall, CommOverlap, CommTrace, DistributedRun, MemoryPlan, ModelStateBytes, PipelineOp,
     PipelineSchedule,
@@ -116,6 +118,7 @@ __all__: list[str] = [
     "record_comm",
     "record_modules",
     "report",
+    "ring_all_reduce_traffic",
     "roll_up",
     "show_error",
     "simulate_pipeline",

@@ -6,6 +6,7 @@ import pytest
 
 from autogradviz import (
     MemoryPlan, ModelStateBytes, activation_bytes_per_layer, model_state_bytes, plan_memory,
+    ring_all_reduce_traffic,
 )
 
 GB = 1e9
@@ -181,3 +182,34 @@ def test_planner_needs_no_torch():
     root = autogradviz.__path__[0]
     done = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def _simulated_ring(world: int, chunk_bytes: int) -> tuple[int, int]:
+    """Bytes and messages of rank 0 in a ring all-reduce run step by step on sets of
+    contributions: reduce-scatter until each chunk is complete somewhere, then
+    all-gather until every rank holds every complete chunk."""
+    have = [[{r} for _ in range(world)] for r in range(world)]  # have[rank][chunk]
+    sent = messages = 0
+    for step in range(2 * (world - 1)):
+        gather = step - (world - 1)       # all-gather steps count from 0 again
+        out = [(r - step) % world if gather < 0 else (r + 1 - gather) % world
+               for r in range(world)]
+        payload = [set(have[r][out[r]]) for r in range(world)]
+        for r in range(world):
+            dst, chunk = (r + 1) % world, out[r]
+            have[dst][chunk] = have[dst][chunk] | payload[r]
+        sent, messages = sent + chunk_bytes, messages + 1
+    assert all(h == set(range(world)) for row in have for h in row)
+    return sent, messages
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+def test_ring_all_reduce_traffic_matches_a_simulated_ring(world):
+    sent, messages = _simulated_ring(world, chunk_bytes=10)
+    assert ring_all_reduce_traffic(10 * world, world) == (sent, messages)
+
+
+def test_ring_all_reduce_traffic_validates():
+    assert ring_all_reduce_traffic(4000, 4) == (6000.0, 6)   # Q43's measured ring
+    with pytest.raises(ValueError):
+        ring_all_reduce_traffic(100, 0)

@@ -34,7 +34,8 @@ from .records import (
     PLAN_SCHEDULES, RECOMPUTE_POLICIES, MemoryPlan, ModelStateBytes, PlanSchedule, Recompute,
 )
 
-__all__ = ["activation_bytes_per_layer", "model_state_bytes", "plan_memory"]
+__all__ = ["activation_bytes_per_layer", "model_state_bytes", "plan_memory",
+           "ring_all_reduce_traffic"]
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -47,6 +48,16 @@ def _non_negative(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ValueError(f"{name} must be a number >= 0, got {value!r}")
     return float(value)
+
+
+def ring_all_reduce_traffic(nbytes: float, world: int) -> tuple[float, int]:
+    """What one rank sends in a ring all-reduce of ``nbytes`` over ``world`` ranks:
+    ``(bytes, messages)``. A reduce-scatter then an all-gather, each ``world - 1``
+    sequential steps that send one ``nbytes / world`` chunk (Patarasuk and Yuan 2009,
+    https://doi.org/10.1016/j.jpdc.2008.09.002)."""
+    world = _positive_int("world", world)
+    steps = 2 * (world - 1)
+    return steps * _non_negative("nbytes", nbytes) / world, steps
 
 
 def model_state_bytes(params: int, *, dp: int = 1, zero: int = 0, tp: int = 1, pp: int = 1,

@@ -243,10 +243,27 @@ def unused_parameter_error(ctx) -> str:
     return "no error"
 
 
+def unused_parameter_fixed(ctx) -> dict:
+    """Q42: the same two iterations with either option that handles unused
+    parameters: "no error", or the error's first line."""
+    results = {}
+    for option in ("find_unused_parameters", "static_graph"):
+        ddp = DDP(SkipsALayer(ctx.device), **{option: True})
+        x, y = batch(ctx.rank, 0, device=ctx.device)
+        try:
+            for _ in range(2):
+                F.mse_loss(ddp(x), y).backward()
+            results[option] = "no error"
+        except RuntimeError as err:
+            results[option] = str(err).splitlines()[0]
+    return results
+
+
 def run(ctx) -> dict:
     """Both parts, for ch09_jobs.py or this file's own main."""
     return {"basics": ddp_basics(ctx), "accumulation": accumulation(ctx),
-            "unused_error": unused_parameter_error(ctx)}
+            "unused_error": unused_parameter_error(ctx),
+            "unused_fixed": unused_parameter_fixed(ctx)}
 
 
 def main() -> None:

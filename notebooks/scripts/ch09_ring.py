@@ -22,10 +22,13 @@ import torch.distributed as dist
 
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.nn import functional as F
 
 from autogradviz import init_distributed, report
-from ch09_common import tiny_mlp
+from ch09_common import batch, tiny_mlp
 
 NUMEL = 1000  # elements per rank (divisible by 4, so every chunk has 250)
 
@@ -76,6 +79,26 @@ def load_resharded(path: str, device: torch.device) -> dict:
                 opt.state[model[0].weight]["exp_avg"].to_local().shape)}
 
 
+def hsdp(device: torch.device, rank: int) -> dict:
+    """Q46: FSDP2 on a (replicate 2, shard 2) mesh of the 4 ranks (HSDP): each weight
+    is sharded within a pair of ranks and replicated across the pairs. Counts the
+    collectives of one forward and backward."""
+    mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("replicate", "shard"))
+    model = tiny_mlp(0, device)
+    for i in (0, 2, 4):
+        fully_shard(model[i], mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    x, y = batch(rank, 0, device=device)
+    with warnings.catch_warnings():  # the input needs no grad: a backward-hook note
+        warnings.simplefilter("ignore", UserWarning)
+        with CommDebugMode() as comm:
+            F.mse_loss(model(x), y).backward()
+    return {"hsdp_placements": str(model[0].weight.placements),
+            "hsdp_local_shape": list(model[0].weight.to_local().shape),
+            "hsdp_comm_counts": {str(k): v
+                                 for k, v in comm.get_comm_counts().items()}}
+
+
 def main() -> None:
     ctx = init_distributed()
     gen = torch.Generator().manual_seed(ctx.rank)
@@ -110,6 +133,7 @@ def main() -> None:
     loaded = load_resharded(sys.argv[1], ctx.device) if len(sys.argv) > 1 else {}
     report({
         **loaded,
+        **hsdp(ctx.device, ctx.rank),
         "world": ctx.world_size,
         "bytes_in": x.numel() * x.element_size(),
         "bytes_sent": sent,

@@ -372,6 +372,34 @@ def fsdp2(ctx) -> dict:
     out["root_gathered_after_forward"] = logged_forward_backward(
         rooted, x, y, held=False)["gathered_after_forward"]
 
+    # one unit for the whole model: gathered from forward to the end of backward, and
+    # a single reduce-scatter of every gradient element, issued at the very end
+    one = tiny_mlp(0, dev)
+    fully_shard(one)
+    one_log = logged_forward_backward(one, x, y, held=False)
+    out["one_unit"] = {"gathered_after_forward": one_log["gathered_after_forward"],
+                       "collectives": [(name, n, phase) for name, n, phase, _
+                                       in one_log["collectives"]]}
+
+    # accumulation over 3 micro-steps, syncing only in the last: the reduce-scatter is
+    # skipped, the all-gathers are not, unless the weights are kept unsharded
+    out["accumulation"] = {}
+    for mode in ("default", "kept unsharded"):
+        acc = shard(tiny_mlp(0, dev))
+        if mode != "default":
+            acc.set_reshard_after_forward(False)
+        counts = []
+        for micro in range(3):
+            last = micro == 2
+            acc.set_requires_gradient_sync(last)
+            if mode != "default":
+                acc.set_reshard_after_backward(last)
+            with CollectiveLog() as acc_log:
+                F.mse_loss(acc(x), y).backward()
+            counts.append([sum(op in name for name, *_ in acc_log.calls)
+                           for op in ("allgather", "reduce_scatter")])
+        out["accumulation"][mode] = counts
+
     # uneven rows: dim 0 is split like torch.chunk
     odd = nn.Sequential(nn.Linear(8, 5), nn.Linear(5, 1)).to(dev)
     fully_shard(odd)
