@@ -8,7 +8,8 @@ down only (tests/test_architecture.py checks it):
   (render.py: DOT/SVG/PNG/HTML; strips.py; module_view.py);
 * memory/: the one event recorder (recorder.py), `track_memory`/`estimate_memory`/
   `compare_memory` (track.py), `trace_grads` (gradtrace.py), their plots (plots.py);
-* ops/: tensors and the dispatcher: `trace_dispatch`, `storage_map` and their views;
+* ops/: tensors and the dispatcher: `trace_dispatch`, `storage_map` and their views,
+  `quiet_profile` (torch.profiler without its log lines);
 * distributed/: `torchrun` jobs (launch.py), `record_comm` and `plot_comm`, the memory
   planner, the pipeline simulator and its lanes, a Megatron-style layer shard;
 * at the top: records.py (what all domains share: `format_bytes`, `TensorMeta`),
@@ -58,6 +59,7 @@ from .ops.records import (
     DISPATCH_PHASES, DispatchEvent, DispatchTrace, PythonCall, StorageBlock, StorageMap,
     TensorLayout,
 )
+from .ops.profiling import quiet_profile
 from .ops.storage import storage_map
 from .proof import show_error, written_for
 from .records import format_bytes
@@ -115,6 +117,7 @@ __all__: list[str] = [
     "outcome",
     "plot_comm",
     "plan_memory",
+    "quiet_profile",
     "record_comm",
     "record_modules",
     "report",

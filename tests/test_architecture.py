@@ -55,6 +55,7 @@ ROLE = {
     "memory.records": "records", "memory.recorder": "recorder", "memory.track": "recorder",
     "memory.gradtrace": "recorder", "memory.plots": "view",
     "ops.records": "records", "ops.dispatch": "recorder", "ops.storage": "recorder",
+    "ops.profiling": "recorder",
     "ops.dispatch_view": "view", "ops.storage_view": "view",
     "distributed.records": "records", "distributed.launch": "recorder",
     "distributed.comm": "recorder", "distributed.planner": "recorder",
