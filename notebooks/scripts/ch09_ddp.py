@@ -19,6 +19,10 @@ counts their all-reduces: "no_sync" (the first K-1 forward+backward passes insid
 ``ddp.no_sync()``), "every" (no no_sync at all) and "backward_only" (forward outside
 ``no_sync()``, only backward inside: a common slip). Rank 0 also computes the
 single-process gradient of the big batch (all K micro-batches of every rank at once).
+
+unused_parameter_error / unused_parameter_fixed (Q42): a model whose forward skips a
+Linear raises at the second iteration, and runs with find_unused_parameters=True or
+static_graph=True.
 """
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ every rank sends 2(N-1)/N * S in total, whatever N is.
 
 Given a folder as its argument, it also loads (Q46) the distributed checkpoint that
 ch09_sharding.py saved there on 2 ranks into the same FSDP2 model on this job's ranks.
+It also (Q46) shards the toy model on a (replicate 2, shard 2) mesh, HSDP, and counts
+the collectives of one forward and backward.
 """
 from __future__ import annotations
 

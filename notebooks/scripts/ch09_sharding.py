@@ -18,8 +18,10 @@ dtype and the bytes FSDP holds gathered at that moment; the collectives of gradi
 clipping and of Adam's step (CommDebugMode); the weights after three Adam steps next to
 DDP's; each rank's bytes of parameters, gradients and optimizer state, measured with
 autogradviz.track_memory and counted from the local shards; what reshard_after_forward,
-a root with parameters of its own, uneven rows, shard_placement_fn, a method other than
-forward and a MixedPrecisionPolicy change; and a model built on the meta device,
+a root with parameters of its own, a single unit for the whole model, gradient
+accumulation over three micro-steps (sync in the last only, with and without keeping
+the weights gathered), uneven rows, shard_placement_fn, a method other than forward
+and a MixedPrecisionPolicy change; and a model built on the meta device,
 sharded, then materialised with to_empty() and initialised two ways (a seeded
 reset_parameters() on the shards, and the full init sliced with distribute_tensor);
 and, given a folder as its argument, a distributed checkpoint of the trained model and
