@@ -29,13 +29,15 @@ book: setup site
 site:
 	@$(PY) scripts/build_site.py
 
+# worksteal: a worker that runs out of tests takes queued ones from the other, so a few
+# long tests (torchrun jobs, the browser checks) do not leave one core idle at the end.
 unit:
-	$(PY) -m pytest -q -n $(JOBS) tests
+	$(PY) -m pytest -q -n $(JOBS) --dist worksteal tests
 
 # Authors: the unit tests without the slow ones (multi-process DDP, the full checkpoint grid,
 # the two-interpreter determinism check). `make test` still runs everything.
 unit-fast:
-	$(PY) -m pytest -q -n $(JOBS) -m "not slow" tests
+	$(PY) -m pytest -q -n $(JOBS) --dist worksteal -m "not slow" tests
 
 # One notebook per worker, its cells in order (--dist loadscope).
 notebooks:

@@ -132,9 +132,17 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        # The browser moving on to the next page cancels a font or image still in flight:
+        # the broken pipe that leaves is not a problem of the site (on_failed judges those).
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 def _serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
     handler = functools.partial(_QuietHandler, directory=str(site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _QuietServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
@@ -190,7 +198,8 @@ def _check_content_page(page, url: str, name: str, report: SiteReport, needs_fig
     if figures["broken"]:
         report.problems.append(f"{name}: images that did not load: {figures['broken']}")
     report.pages[name] = f"{n_math} math, {figures['count']} figures"
-    page.wait_for_load_state("networkidle", timeout=90_000)  # busy 2-core machines
+    # No wait for the network to go quiet: the context's route sees every request when it is
+    # made, so a late request to another host is caught on whichever page is open by then.
 
 
 _QUESTION_JS = r"""(minScale) => {
@@ -285,10 +294,12 @@ def _check_chapter_layout(page, name: str, questions: list[int], report: SiteRep
     )
 
 
-def _check_phone_navigation(page, url: str, name: str, report: SiteReport) -> bool:
-    """At phone width the primary sidebar is off-screen until the menu button opens it."""
-    page.set_viewport_size(PHONE)
-    page.goto(url, wait_until="load")
+def _check_phone_navigation(page, url: str, name: str, report: SiteReport, loaded: bool = False) -> bool:
+    """At phone width the primary sidebar is off-screen until the menu button opens it
+    (``loaded``: the page is already open at phone width, as _check_phone_layout leaves it)."""
+    if not loaded:
+        page.set_viewport_size(PHONE)
+        page.goto(url, wait_until="load")
     visible = """() => [...document.querySelectorAll('.bd-sidebar-primary')].some(e => {
         const r = e.getBoundingClientRect();
         return e.checkVisibility() && r.width > 100 && r.left >= 0 && r.left < window.innerWidth; })"""
@@ -312,21 +323,28 @@ _PHONE_JS = r"""(minScale) => {
   const imgs = [...art.querySelectorAll('.cell_output img')].filter(i => i.naturalWidth > 0);
   const scales = imgs.map(i => i.getBoundingClientRect().width / i.naturalWidth);
   const small = imgs.map((i, k) => ({src: i.getAttribute('src'), scale: scales[k]})).filter(f => f.scale < minScale);
-  return {pres: pres.length, wide: pres.filter(p => p.scrollWidth > p.clientWidth + 1).length,
+  // A table wider than its scroll box hides its last columns on a phone, with no sign
+  // that it scrolls (phones draw no scrollbar until touched).
+  const tables = [...art.querySelectorAll('table')].filter(t => t.scrollWidth > t.parentElement.clientWidth + 1)
+    .map(t => (t.rows[0] ? t.rows[0].textContent : '').replace(/\s+/g, ' ').trim().slice(0, 50));
+  return {pres: pres.length, wide: pres.filter(p => p.scrollWidth > p.clientWidth + 1).length, tables,
           minScale: scales.length ? Math.min(...scales) : 1, small, figures: imgs.length,
           pageWidth: document.documentElement.scrollWidth, viewport: window.innerWidth};
 }"""
 
 
-def _check_phone_layout(page, url: str, name: str, report: SiteReport) -> str:
+def _check_phone_layout(page, url: str, name: str, report: SiteReport, stay: bool = False) -> str:
     """At phone width code and printed output wrap instead of scrolling sideways (book.css),
-    and every figure shows at 65% of its natural width or more (its 9 pt text stays >= 9 px)."""
+    and every figure shows at 65% of its natural width or more (its 9 pt text stays >= 9 px).
+    The page is loaded at phone width (book.js sizes figures for the width it loads at);
+    ``stay`` leaves it open there for the next check."""
     page.set_viewport_size(PHONE)
     try:
         page.goto(url, wait_until="load")
         r = page.evaluate(_PHONE_JS, PHONE_FIGURE_SCALE)
     finally:
-        page.set_viewport_size(DESKTOP)
+        if not stay:
+            page.set_viewport_size(DESKTOP)
     if r["wide"]:
         report.problems.append(
             f"{name}: at {PHONE['width']} px {r['wide']} of {r['pres']} code/output blocks scroll sideways; "
@@ -337,6 +355,10 @@ def _check_phone_layout(page, url: str, name: str, report: SiteReport) -> str:
             f"{name}: at {PHONE['width']} px the page is {r['pageWidth']} px wide and scrolls "
             "sideways (a long unbreakable line in the text?)"
         )
+    for head in r["tables"]:
+        report.problems.append(
+            f"{name}: at {PHONE['width']} px a table is wider than the screen and hides its last "
+            f"column(s); fewer columns or shorter cells (first row: {head!r})")
     for f in r["small"]:
         report.small_phone_figures.append((name, f["src"], f["scale"]))
         report.problems.append(
@@ -541,8 +563,24 @@ def _search_hits(page, base: str, word: str) -> list[str]:
     return page.evaluate("() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)")
 
 
+def _search_again(page, term: str) -> list[str]:
+    """Type a new search into the search page's own box, as a reader does: the page answers
+    without a reload (book.js) and the address takes the new ?q=."""
+    box = page.locator(".bd-search-container input[name=q]").first
+    box.fill(term)
+    box.press("Enter")
+    page.wait_for_function(
+        "(q) => new URLSearchParams(location.search).get('q') === q"
+        " && document.querySelector('#search-results .search-summary')",
+        arg=term, timeout=15_000)
+    return page.evaluate("() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)")
+
+
 def _first_hits(page, base: str, term: str) -> list[str]:
-    hits = _search_hits(page, base, quote(term))
+    if urlparse(page.url).path.endswith("/search.html"):
+        hits = _search_again(page, term)
+    else:
+        hits = _search_hits(page, base, quote(term))
     return [urlparse(h).path.lstrip("/") for h in hits]
 
 
@@ -573,6 +611,17 @@ def _check_search(page, base: str, site: Path, report: SiteReport) -> None:
         if wrong:
             report.problems.append(f"search: {len(wrong)} of {len(SEARCH_TERMS)} terms do not find their question first: {wrong}")
         summary += f"; {len(SEARCH_TERMS) - len(wrong)}/{len(SEARCH_TERMS)} terms land first on their question"
+        # Back goes to the previous search's results, as it did when every search reloaded.
+        terms = list(SEARCH_TERMS)
+        page.go_back(wait_until="commit")
+        page.wait_for_function(
+            "(q) => new URLSearchParams(location.search).get('q') === q"
+            " && document.querySelector('.bd-search-container input[name=q]').value === q",
+            arg=terms[-2], timeout=15_000)
+        back = [urlparse(h).path.lstrip("/") for h in page.evaluate(
+            "() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)")]
+        if not back or back[0] != f"notebooks/q{SEARCH_TERMS[terms[-2]]}.html":
+            report.problems.append(f"search: Back after {terms[-1]!r} shows {back[:2]}, not the results for {terms[-2]!r}")
     report.pages["search.html"] = summary
 
 
@@ -659,8 +708,8 @@ def check_site(site: Path, shots: Path) -> SiteReport:
                 url = urljoin(base, rel)
                 _check_content_page(page, url, rel, report, needs_figure=False, needs_math=False)
                 report.pages[rel] += "; " + _check_chapter_layout(page, rel, by_chapter.get(int(rel[10:12]), []), report)
-                opened = _check_phone_navigation(page, url, rel, report)
-                report.pages[rel] += "; " + _check_phone_layout(page, url, rel, report)
+                report.pages[rel] += "; " + _check_phone_layout(page, url, rel, report, stay=True)
+                opened = _check_phone_navigation(page, url, rel, report, loaded=True)
                 if rel == chapters[0]:
                     shoot("ch01")
                     if opened:
@@ -712,6 +761,7 @@ def check_site(site: Path, shots: Path) -> SiteReport:
             page.set_viewport_size(DESKTOP)
             _check_version_page(page, base, report)
             _check_search(page, base, site, report)
+            page.wait_for_load_state("networkidle", timeout=90_000)  # the last page's late requests
             context.close()
     finally:
         server.shutdown()

@@ -97,6 +97,11 @@ def test_chapter_standard_breaks_are_caught(site: Path, tmp_path: Path) -> None:
     unwrapped = '<pre style="white-space: pre !important">' + "x = 1  # " + "y" * 150 + "</pre>"
     # And a line of text that cannot break: on a phone the whole page scrolls sideways.
     unwrapped += '<p><span style="white-space: nowrap">' + "z" * 150 + "</span></p>"
+    # And a table of long unbreakable cells, in the theme's own scroll box: on a phone its
+    # last columns are cut off.
+    cells = "".join(f"<td>{word * 12}</td>" for word in ("alpha", "beta", "gamma"))
+    unwrapped += ('<div class="pst-scrollable-table-container" style="overflow-x: auto">'
+                  f"<table><tr>{cells}</tr></table></div>")
     html = html.replace('id="q2"', 'id="q2"></span>' + unwrapped + '<span', 1)
     # The page's title no longer names its question.
     html = re.sub(r"<title>Q2\.", "<title>Untitled.", html)
@@ -133,6 +138,8 @@ def test_chapter_standard_breaks_are_caught(site: Path, tmp_path: Path) -> None:
     assert "navigation button does not open the sidebar" in problems
     assert re.search(r"notebooks/q2.html: at 390 px 1 of \d+ code/output blocks scroll sideways", problems), problems
     assert re.search(r"notebooks/q2.html: at 390 px the page is \d+ px wide and scrolls sideways", problems), problems
+    assert ("notebooks/q2.html: at 390 px a table is wider than the screen and hides its last "
+            "column(s); fewer columns or shorter cells (first row: 'alphaalpha") in problems, problems
     assert f"search: '{SEARCH_WORD}' (only in Q3) finds ['notebooks/q1.html'" in problems
     assert "book/drill.html: 4 cards visible at the start" in problems
 

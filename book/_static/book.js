@@ -63,7 +63,7 @@
     if (!results || !window.BOOK_SEARCH) return;
     var index = window.BOOK_SEARCH;
     var query = new URLSearchParams(window.location.search).get("q") || "";
-    document.querySelectorAll("article input[name=q]").forEach(function (input) { input.value = query; });
+    document.querySelectorAll(".bd-search-container input[name=q]").forEach(function (input) { input.value = query; });
     results.innerHTML = "";
     if (!tokens(query).length) return;
     var found = rank(index, query);
@@ -201,6 +201,28 @@
     if (link) window.location.replace(link.href);
   }
 
+  // On the search page a new search needs no reload: reloading would parse the whole index
+  // (megabytes) again for every query. The address still carries ?q= for back and bookmarks.
+  function searchInPlace() {
+    if (!document.getElementById("search-results") || !window.BOOK_SEARCH) return;
+    document.querySelectorAll("form").forEach(function (form) {
+      var input = form.querySelector("input[name=q]");
+      if (!input) return;
+      form.addEventListener("submit", function (event) {
+        event.preventDefault();
+        var url = new URL(window.location.href);
+        url.searchParams.set("q", input.value);
+        history.pushState(null, "", url);
+        var dialog = form.closest("dialog");
+        if (dialog && dialog.open) dialog.close();
+        bookSearch();
+      });
+    });
+    window.addEventListener("popstate", bookSearch);
+  }
+
   window.addEventListener("hashchange", questionAddress);
-  document.addEventListener("DOMContentLoaded", function () { questionAddress(); figures(); bookSearch(); drill(); });
+  document.addEventListener("DOMContentLoaded", function () {
+    questionAddress(); figures(); bookSearch(); searchInPlace(); drill();
+  });
 })();
