@@ -9,8 +9,8 @@ It also runs one step with two losses on one forward, for Q12, with a different 
 on each rank, counting DDP's all-reduces and reporting the weight gradient. One
 backward of the summed loss reduces once and leaves equal gradients on both ranks. Two
 ``backward()`` calls (the first with ``retain_graph=True``) also reduce once: DDP
-reduces the first call's gradients and ignores the second call, whose gradients stay
-local, so the ranks' gradients differ and their weights drift apart.
+reduces the first call's gradients and leaves the second call's unreduced, added
+locally into ``.grad``, so the ranks' gradients differ and their weights drift apart.
 """
 from __future__ import annotations
 
