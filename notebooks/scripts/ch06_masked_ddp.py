@@ -13,10 +13,14 @@ of the token mean over the whole global batch (every rank computes that referenc
                of micro-batches (what a plain accumulation loop does);
   rank_mean    each rank's tokens summed and divided by the rank's own count;
   global_sum   summed, divided by the global count of valid tokens (all-reduced
-               before the first backward), times the world size to undo DDP's average.
+               before the first backward), times the world size to undo DDP's average;
+               run with DDP's own default all-reduce hook;
+  sum_hook     summed and divided by the global count, without the x world: a second
+               DDP whose comm hook all-reduces with SUM and does not divide.
 
-The global_sum step is traced with autogradviz.trace_grads, whose events (backward,
-all-reduce) are reported for the notebook to draw. Every tensor lives on the rank's
+global_sum is then run a second time, traced with autogradviz.trace_grads (which
+replaces DDP's hook by a recording copy of it), and the trace's events (backward,
+all-reduce) are reported for the notebook to draw, with that pass's gradients. Every tensor lives on the rank's
 device (ctx.device): the CPU with gloo, cuda:<local rank> with NCCL when every rank has
 a GPU. The data is drawn on the CPU and then moved, so both backends see the same
 numbers.
@@ -54,9 +58,15 @@ def global_batch(world: int) -> tuple[torch.Tensor, torch.Tensor]:
     return feats, labels
 
 
+def _sum_allreduce(state, bucket):  # noqa: ANN001, ANN201
+    """A DDP comm hook that sums the bucket over ranks and does not divide."""
+    fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
 def run(ctx: DistributedContext) -> dict:
     """This rank's results: the token counts, the reference and each normalisation's
-    gradients after DDP's all-reduce, and the trace of the global_sum step."""
+    gradients after DDP's all-reduce, and the traced global_sum step."""
     rank, world, dev = ctx.rank, ctx.world_size, ctx.device
     feats, labels = (t.to(dev) for t in global_batch(world))
 
@@ -77,20 +87,22 @@ def run(ctx: DistributedContext) -> dict:
     dist.all_reduce(global_count)                       # known before any backward
     out["counts"] = {"local": local_count, "global": global_count}
 
-    for how in ("micro_mean", "rank_mean", "global_sum"):
-        opt.zero_grad(set_to_none=True)
-        traced = how == "global_sum"
-        recorder = trace_grads(ddp, optimizer=opt) if traced else None
+    def step(net, how: str, traced: bool = False) -> dict:
+        net.zero_grad(set_to_none=True)
+        recorder = trace_grads(net, optimizer=opt) if traced else None
         with recorder or contextlib.nullcontext() as rec:
             for k in range(2):
                 # all-reduce only on the last micro-batch of the step
-                with ddp.no_sync() if k == 0 else contextlib.nullcontext():
-                    logits = ddp(x[k])
+                with net.no_sync() if k == 0 else contextlib.nullcontext():
+                    logits = net(x[k])
                     if how == "micro_mean":
                         loss = F.cross_entropy(logits, y[k]) / 2
                     elif how == "rank_mean":
                         loss = (F.cross_entropy(logits, y[k], reduction="sum")
                                 / local_count)
+                    elif how == "sum_hook":
+                        loss = (F.cross_entropy(logits, y[k], reduction="sum")
+                                / global_count)
                     else:
                         loss = (F.cross_entropy(logits, y[k], reduction="sum")
                                 / global_count * world)
@@ -99,7 +111,19 @@ def run(ctx: DistributedContext) -> dict:
         if traced:
             out["trace"] = {"params": list(rec.params),
                             "events": [dataclasses.asdict(e) for e in rec.events]}
-        out[how] = {n: p.grad for n, p in model.named_parameters()}
+        return {n: p.grad.clone() for n, p in net.module.named_parameters()}
+
+    # DDP's own default hook (an average) for these three: nothing of autogradviz's
+    for how in ("micro_mean", "rank_mean", "global_sum"):
+        out[how] = step(ddp, how)
+    # the same step, summed instead of averaged, on a second DDP with a SUM hook
+    twin = nn.Linear(FEATURES, VOCAB).to(dev)
+    twin.load_state_dict(reference.state_dict())
+    summing = DDP(twin)
+    summing.register_comm_hook(None, _sum_allreduce)
+    out["sum_hook"] = step(summing, "sum_hook")
+    # global_sum again, traced for the figure (trace_grads replaces ddp's hook)
+    out["global_sum_traced"] = step(ddp, "global_sum", traced=True)
     return out
 
 
