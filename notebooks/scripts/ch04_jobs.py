@@ -22,7 +22,10 @@ buffers: a `FakeQuantize` observer under DDP with `broadcast_buffers` True and F
 whether the observer state each forward starts from is rank 0's.
 
 double: a gradient penalty through an FSDP2 model: the gradient w.r.t. the input with
-create_graph=True, then `(loss + penalty).backward()`.
+create_graph=True, then `(loss + penalty).backward()`, for reshard_after_forward True
+(the default) and False, and with `set_reshard_after_backward(False)`: which pass ran
+FSDP2's post-backward (it is wrapped to note it), whether the parameters were
+resharded after `autograd.grad`, what the backward did and how many `.grad`s it left.
 
 Run it from the notebooks/ folder with
     agv.torchrun("scripts/ch04_jobs.py", nproc=2)
@@ -37,6 +40,7 @@ import torch.nn as nn
 from torch.ao.quantization import FakeQuantize, MovingAverageMinMaxObserver
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from autogradviz import init_distributed, report
@@ -153,22 +157,44 @@ def buffers_part(ctx) -> dict:
     return out
 
 
-def double_part(ctx) -> dict:
+def penalty_step(reshard_after_forward: bool, reshard_after_backward: bool) -> dict:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))
-    fully_shard(model, reshard_after_forward=False)
-    x = torch.randn(4, 2, requires_grad=True)
-    out = model(x)
-    (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)   # this step runs
-    penalty = ((g.norm(dim=1) - 1) ** 2).mean()
-    result = {"grad w.r.t. the input": "ok"}
+    fully_shard(model, reshard_after_forward=reshard_after_forward)
+    model.set_reshard_after_backward(reshard_after_backward)
+    group = model._get_fsdp_state()._fsdp_param_group
+    phase, post_backward_runs = ["forward"], []
+    plain_post_backward = FSDPParamGroup.post_backward
+
+    def counted(self, *args):                     # notes which pass ran it
+        post_backward_runs.append(phase[0])
+        return plain_post_backward(self, *args)
+
+    FSDPParamGroup.post_backward = counted
     try:
-        (out.mean() + penalty).backward()                          # the usual recipe
-        result["penalty backward"] = "ok"
-    except RuntimeError as err:
-        result["penalty backward"] = f"RuntimeError: {str(err)[:300]}"
+        x = torch.randn(4, 2, requires_grad=True)
+        out = model(x)
+        phase[0] = "autograd.grad"
+        (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)  # this step runs
+        result = {"grad w.r.t. the input": "ok",
+                  "resharded after autograd.grad": group.is_sharded}
+        penalty = ((g.norm(dim=1) - 1) ** 2).mean()
+        phase[0] = "backward"
+        try:
+            (out.mean() + penalty).backward()                     # the usual recipe
+            result["penalty backward"] = "ok"
+        except RuntimeError as err:
+            result["penalty backward"] = f"RuntimeError: {str(err)[:300]}"
+    finally:
+        FSDPParamGroup.post_backward = plain_post_backward
+    result["post_backward ran in"] = post_backward_runs
+    result["params with a .grad"] = sum(p.grad is not None for p in model.parameters())
     return result
 
+
+def double_part(ctx) -> dict:
+    return {f"forward={fwd}, backward={bwd}": penalty_step(fwd, bwd)
+            for fwd, bwd in ((True, True), (False, True), (True, False))}
 
 if __name__ == "__main__":
     ctx = init_distributed(timeout_s=60)
