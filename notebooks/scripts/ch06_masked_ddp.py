@@ -20,9 +20,10 @@ of the token mean over the whole global batch (every rank computes that referenc
 
 global_sum is then run a second time, traced with autogradviz.trace_grads (which
 replaces DDP's hook by a recording copy of it), and the trace's events (backward,
-all-reduce) are reported for the notebook to draw, with that pass's gradients. Every tensor lives on the rank's
-device (ctx.device): the CPU with gloo, cuda:<local rank> with NCCL when every rank has
-a GPU. The data is drawn on the CPU and then moved, so both backends see the same
+all-reduce) are reported for the notebook to draw, with that pass's gradients.
+
+Every tensor lives on the rank's device (ctx.device): the CPU with gloo,
+cuda:<local rank> with NCCL when every rank has a GPU. The data is drawn on the CPU and then moved, so both backends see the same
 numbers.
 
 The notebook runs `run` inside scripts/ch06_jobs.py, together with Q31's job, so the
