@@ -123,6 +123,13 @@ def ddp_basics(ctx) -> dict:
     x, y = batch(rank, 0, rows=rows, device=dev)
     F.mse_loss(uneven(x), y).backward()
     out["uneven_grads"] = flat(p.grad for p in uneven.parameters())
+    # the fix: sum the loss, divide by the global count, multiply by the world size
+    fixed = DDP(tiny_mlp(0, dev))
+    global_count = sum(UNEVEN_ROWS[r % len(UNEVEN_ROWS)] for r in range(world))
+    out_features = y.shape[1]
+    loss = F.mse_loss(fixed(x), y, reduction="sum") / (global_count * out_features)
+    (loss * world).backward()
+    out["uneven_fixed_grads"] = flat(p.grad for p in fixed.parameters())
     if rank == 0:
         xs, ys = zip(*(batch(r, 0, rows=UNEVEN_ROWS[r % len(UNEVEN_ROWS)], device=dev)
                        for r in range(world)))
