@@ -282,3 +282,24 @@ def test_two_ranks_no_sync_accumulation():
         assert "first backward" in res["errors"]["trained"]
         assert "already has a communication hook" in res["errors"]["foreign"]
     _check_readable(agv.plot_comm(traces), panels=2 * 6)
+
+
+def test_plot_label_near_right_edge_ends_at_launch():
+    """A bucket launched near the end of its panel gets its bytes label on the left of
+    the launch, inside the panel, instead of one the panel's edge would clip."""
+    t = agv.CommTrace(rank=0, world_size=2, backend="gloo", params=("w", "b"),
+                      param_bytes={"w": 4096, "b": 64})
+    t.nodes.append(NodeSpan(1, "MmBackward0", 0.0, 5e-4))
+    for b, (start, end) in enumerate(((1e-4, 6e-4), (9.6e-4, 1e-3))):
+        t.calls.append(agv.CommCall(b, 1, 0, b, 16, 64, "float32", ("w",), start, end))
+    t.backwards.append(BackwardPass(1, True, 0, 0.0, 5e-4, 1e-3))
+    for scale in ("linear", "symlog"):
+        fig = agv.plot_comm(t, time_scale=scale)
+        ax = _panels(fig)[0]
+        aligns = [x.get_horizontalalignment() for x in ax.texts]
+        assert aligns == ["left", "right"], (scale, aligns)
+        renderer = fig._get_renderer()
+        box = ax.get_window_extent(renderer)
+        for text in ax.texts:  # both labels lie inside the panel
+            extent = text.get_window_extent(renderer)
+            assert box.x0 - 1 <= extent.x0 and extent.x1 <= box.x1 + 1, (scale, text)

@@ -109,6 +109,11 @@ def _span_ms(trace: CommTrace, bwd: BackwardPass) -> float:
     return (max(ends) - bwd.start_s) * 1e3
 
 
+# Past this fraction of a panel's width, a bytes label ends at its launch rather than
+# starting there, so that the panel's edge does not clip it.
+RIGHT_LABEL_FRACTION = 0.8
+
+
 def _draw_panel(ax: Axes, trace: CommTrace, bwd: BackwardPass, lanes: int) -> None:
     t0 = bwd.start_s
     h = 0.6
@@ -205,6 +210,13 @@ def plot_comm(traces: Any, micro_steps: Sequence[int] | None = None,
             first[m].set_xscale("symlog", linthresh=1, linscale=1.5)
             ticks = [t for t in (0, 0.5, 1, 10, 100) if t <= span * 1.05]
             first[m].set_xticks(ticks, [f"{t:g}" for t in ticks])
+    for ax in axes:  # a bytes label launched near the right edge would be clipped:
+        to_axes = ax.transAxes.inverted()  # end it at the launch instead
+        for text in ax.texts:
+            x = ax.transData.transform((text.get_position()[0], 0))
+            if to_axes.transform(x)[0] > RIGHT_LABEL_FRACTION:
+                text.set_horizontalalignment("right")
+                text.set_text(text.get_text().strip() + " ")
     main.supxlabel("ms since the backward pass started (" + (
                    "log beyond 1 ms)" if time_scale == "symlog" else "each pass its own scale)"),
                    fontsize=10)
