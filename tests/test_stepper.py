@@ -171,3 +171,16 @@ def test_strip_frames_keep_their_natural_size_unless_capped():
     assert [(float(w), float(h)) for w, h in capped] == [(50.0, 300.0), (80.0, 50.0)]
     with pytest.raises(ValueError, match="height"):
         compose_strip([tall], ["a"], height=0)
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` not installed")
+def test_animation_colors_paint_the_still_image():
+    """colors= every Node DONE: outside the keyframes no Node is drawn running or idle."""
+    from autogradviz.graphs.strips import BASE, CURRENT, DONE
+
+    loss, m = _mlp_loss()
+    bo = av.backward_order(loss, params=m)
+    finished = {s.node_id: DONE for s in bo.steps}
+    still = bo.animation(policy=av.LayoutPolicy(saved=False), colors=finished).text.split("</style>")[1]
+    assert CURRENT not in still and BASE not in still
+    assert still.count(f'fill="{DONE}"') == len(bo.steps)
