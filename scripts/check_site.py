@@ -556,11 +556,15 @@ def _check_version_page(page, base: str, report: SiteReport) -> None:
     )
 
 
+# The search page's result links, best first (book.js writes them under #search-results).
+_RESULT_LINKS_JS = "() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)"
+
+
 def _search_hits(page, base: str, word: str) -> list[str]:
     page.goto(urljoin(base, f"search.html?q={word}"), wait_until="load")
     # Sphinx's searchtools writes a summary paragraph once the search is done.
     page.wait_for_selector("#search-results .search-summary, #search-results p", timeout=15_000)
-    return page.evaluate("() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)")
+    return page.evaluate(_RESULT_LINKS_JS)
 
 
 def _search_again(page, term: str) -> list[str]:
@@ -573,7 +577,7 @@ def _search_again(page, term: str) -> list[str]:
         "(q) => new URLSearchParams(location.search).get('q') === q"
         " && document.querySelector('#search-results .search-summary')",
         arg=term, timeout=15_000)
-    return page.evaluate("() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)")
+    return page.evaluate(_RESULT_LINKS_JS)
 
 
 def _first_hits(page, base: str, term: str) -> list[str]:
@@ -619,7 +623,7 @@ def _check_search(page, base: str, site: Path, report: SiteReport) -> None:
             " && document.querySelector('.bd-search-container input[name=q]').value === q",
             arg=terms[-2], timeout=15_000)
         back = [urlparse(h).path.lstrip("/") for h in page.evaluate(
-            "() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)")]
+            _RESULT_LINKS_JS)]
         if not back or back[0] != f"notebooks/q{SEARCH_TERMS[terms[-2]]}.html":
             report.problems.append(f"search: Back after {terms[-1]!r} shows {back[:2]}, not the results for {terms[-2]!r}")
     report.pages["search.html"] = summary
