@@ -2,13 +2,15 @@
 
 Each chapter's index lists, per question, the claims a reader carries away and what proves
 each: the first line of a code cell in that question's section (whose asserts would fail if
-the claim were false), or `cited: <reference>` where the reference is written in that
-question's own text. This test keeps the index honest as chapters change: a proof cell that
+the claim were false), `Q<m>: <first line>` for a cell of another question that the text
+points to, or `cited: <reference>` where the reference is written in that question's own
+text. This test keeps the index honest as chapters change: a proof cell that
 moves to another question, is rewritten or is deleted, or a citation that is dropped from the
 chapter, fails here and names the row. The format is described in docs/claims/README.md.
 """
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -53,13 +55,27 @@ def _first_line(source: str) -> str:
     return next((ln.strip() for ln in source.splitlines() if ln.strip()), "")
 
 
-def check_row(proved_by: str, code_first_lines: set[str], section_text: str) -> list[str]:
-    """Problems with one row's "proved by" column (empty when every item in it holds)."""
-    items = [i.strip() for i in re.split(r";\s+(?=`|cited:)", proved_by) if i.strip()]
+def check_row(
+    proved_by: str, code_first_lines: set[str], section_text: str, others: dict[int, set[str]] | None = None
+) -> list[str]:
+    """Problems with one row's "proved by" column (empty when every item in it holds).
+
+    `others` maps another question's number to its code cells' first lines, for `Q<m>: ...`."""
+    items = [i.strip() for i in re.split(r";\s+(?=`|cited:|Q\d+:)", proved_by) if i.strip()]
     if not items:
         return ["nothing in the 'proved by' column"]
     problems = []
     for item in items:
+        elsewhere = re.match(r"Q(\d+):\s*(.*)", item)
+        if elsewhere:
+            number, item = int(elsewhere.group(1)), elsewhere.group(2)
+            if f"Q{number}" not in section_text and f"q{number}" not in section_text:
+                problems.append(f"points to Q{number}, which the question's text does not mention")
+                continue
+            span = _CODE_SPAN.fullmatch(item)
+            if not span or span.group(2).strip() not in (others or {}).get(number, set()):
+                problems.append(f"no code cell in Q{number} starts with {item!r}")
+            continue
         if item.startswith("cited:"):
             ref = item[len("cited:"):].strip()
             span = _CODE_SPAN.fullmatch(ref)
@@ -90,6 +106,23 @@ def test_check_row_catches_a_missing_cell_and_a_missing_citation() -> None:
     assert check_row("`out = g(x)`", lines, text) == ["no code cell in the question starts with 'out = g(x)'"]
     assert "does not contain" in check_row("cited: torch/bar.py", lines, text)[0]
     assert "neither" in check_row("trust me", lines, text)[0]
+    others = {12: {"z = h(x)"}}
+    assert check_row("Q12: `z = h(x)`", lines, text + " (Q12)", others) == []
+    assert "does not mention" in check_row("Q12: `z = h(x)`", lines, text, others)[0]
+    assert "no code cell in Q12" in check_row("Q12: `z = k(x)`", lines, text + " Q12", others)[0]
+
+
+@functools.cache  # one parse of the ten chapters for every index
+def _sections() -> dict[int, tuple[set[str], str]]:
+    """Every question of the book: (its code cells' first lines, its cells' text)."""
+    out = {}
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for q in notebook_parts.parse_chapter(nb).questions:
+            cells = nb.cells[q.start:q.end]
+            first = {_first_line(c.source) for c in cells if c.cell_type == "code"}
+            out[q.number] = (first, "\n".join(c.source for c in cells))
+    return out
 
 
 @pytest.mark.parametrize("index", INDEXES, ids=[p.stem for p in INDEXES])
@@ -102,12 +135,13 @@ def test_claims_index_points_at_real_cells(index: Path) -> None:
     wanted = [q.number for q in chapter.questions]
     assert sorted(rows) == wanted, f"{index.name} has tables for Q{sorted(rows)}; the chapter asks Q{wanted}"
     problems = []
+    sections = _sections()
+    others = {n: first for n, (first, _) in sections.items()}
     for q in chapter.questions:
-        cells = nb.cells[q.start:q.end]
-        first_lines = {_first_line(c.source) for c in cells if c.cell_type == "code"}
-        text = "\n".join(c.source for c in cells)
+        first_lines, text = sections[q.number]
         if len(rows[q.number]) < MIN_ROWS:
             problems.append(f"Q{q.number}: {len(rows[q.number])} rows (at least {MIN_ROWS})")
         for claim, proved_by in rows[q.number]:
-            problems += [f"Q{q.number} {claim[:60]!r}: {p}" for p in check_row(proved_by, first_lines, text)]
+            found = check_row(proved_by, first_lines, text, others)
+            problems += [f"Q{q.number} {claim[:60]!r}: {p}" for p in found]
     assert not problems, f"{index.name}:\n" + "\n".join(problems)
