@@ -6,7 +6,8 @@ clip (Q26): the same 3-layer MLP three ways on the same data: unsharded on one p
 (the reference, on the two ranks' batches together), under DDP, and under FSDP2 with
 `fully_shard` on every Linear and on the root. Each rank reports, for
 `clip_grad_norm_`: under DDP its averaged, clipped gradients (to compare the ranks'
-bits); under FSDP2 the type of the returned norm, its placements, its local value, its
+bits) and the warnings the DDP constructor gave for `broadcast_buffers=True`; under
+FSDP2 the type of the returned norm, its placements, its local value, its
 `full_tensor()`, the reference's norm, the largest gap between its clipped gradients
 and the reference's, and the collectives `CommDebugMode` saw inside the call.
 
@@ -77,13 +78,17 @@ def clip(ctx) -> dict:
     x, y = data(ctx.rank)
     out = {"reference_norm": ref_norm.item()}
     # DDP: gradients are averaged in backward, so every rank clips the same vector.
-    ddp = DDP(copy.deepcopy(base))
+    # Passing `broadcast_buffers` (here its default value) is deprecated in 2.13.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ddp = DDP(copy.deepcopy(base), broadcast_buffers=True)
     F.mse_loss(ddp(x), y).backward()
     ddp_norm = clip_grad_norm_(ddp.parameters(), MAX_NORM)
     out["ddp"] = {"type": type(ddp_norm).__name__, "norm": ddp_norm.item(),
                   "grads": torch.cat([g.flatten() for g in grads(ddp.module)]).tolist(),
                   "grad_gap": max((g - r.grad).abs().max().item() for g, r in
-                                  zip(grads(ddp.module), reference.parameters()))}
+                                  zip(grads(ddp.module), reference.parameters())),
+                  "warnings": [f"{w.category.__name__}: {w.message}" for w in caught]}
     # FSDP2: one unit per Linear, then the root.
     sharded = copy.deepcopy(base)
     for i in LAYERS:
