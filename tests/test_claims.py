@@ -145,3 +145,9 @@ def test_claims_index_points_at_real_cells(index: Path) -> None:
             found = check_row(proved_by, first_lines, text, others)
             problems += [f"Q{q.number} {claim[:60]!r}: {p}" for p in found]
     assert not problems, f"{index.name}:\n" + "\n".join(problems)
+
+
+def test_every_chapter_has_a_claims_index() -> None:
+    chapters = {p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    missing = sorted(chapters - {p.stem for p in INDEXES})
+    assert not missing, f"no claims index for {missing}: add docs/claims/<chapter>.md (docs/claims/README.md)"
