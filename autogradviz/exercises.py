@@ -165,6 +165,8 @@ def _call(fn: Any, args: tuple, name: str) -> tuple[Any, str | None]:
         return fn(*args), None
     except NotImplementedError:
         return None, f"`{name}` still raises NotImplementedError: write its body"
+    except Exception as e:  # noqa: BLE001 - the reader's function failing is a verdict, not a crash
+        return None, f"`{name}` raised {type(e).__name__}: {e}"
 
 
 def verdict(

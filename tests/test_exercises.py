@@ -153,6 +153,14 @@ def test_function_exercises_call_answer_and_solution_and_a_stub_is_not_yet() -> 
     assert "a function" in str(agv.verdict(3, n, name="count_nodes", args=(loss,)))
     with pytest.raises(SolutionError, match="NotImplementedError"):
         agv.verdict(_nodes, n, name="count_nodes", solution=_stub, args=(loss,))
+    # A reader's function that fails gets a verdict naming its error (no traceback), and a
+    # reference solution that fails is still the exercise's own error.
+    def _broken(t: torch.Tensor) -> int:
+        return t.grad_fn.next_functions[5]
+    crashed = agv.verdict(_broken, n, name="count_nodes", solution=_nodes, args=(loss,))
+    assert not crashed and "`count_nodes` raised IndexError" in str(crashed)
+    with pytest.raises(SolutionError, match="raised IndexError"):
+        agv.verdict(_nodes, n, name="count_nodes", solution=_broken, args=(loss,))
     with pytest.raises(TypeError, match=r"args=\(x,\)"):
         agv.verdict(_nodes, n, args=loss)
 

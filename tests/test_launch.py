@@ -50,6 +50,7 @@ def marked() -> tuple[str, dict[str, str]]:
 
 @pytest.mark.parametrize("kwargs, exc, text", [
     ({"script": "no_such_script.py"}, FileNotFoundError, "no script at"),
+    ({"script": "scripts/ch05_jobs.py"}, FileNotFoundError, "notebooks/ folder"),
     ({"script": str(SCRIPTS)}, ValueError, "ending in .py"),
     ({"script": 3}, TypeError, "path of a .py file"),
     ({"nproc": 0}, ValueError, "positive int"),

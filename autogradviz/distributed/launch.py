@@ -76,8 +76,12 @@ def _check_inputs(script: Any, nproc: Any, args: Any, timeout: Any, env: Any) ->
     if path.suffix != ".py":
         raise ValueError(f"script must be a Python file ending in .py, got {os.fspath(script)!r}")
     if not path.is_file():
+        # A chapter downloaded from the site arrives without notebooks/scripts/: say where it is.
+        chapter = ("; the book's chapters run from the repository's notebooks/ folder, which "
+                   "holds their job scripts in scripts/ (open them with `make lab`)"
+                   if not Path(script).is_absolute() else "")
         raise FileNotFoundError(f"no script at {os.fspath(script)!r} (relative paths start in "
-                                f"{os.getcwd()!r}); pass the path of an existing .py file")
+                                f"{os.getcwd()!r}); pass the path of an existing .py file{chapter}")
     limit = (os.cpu_count() or 1) * 4
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise ValueError(f"nproc must be a positive int (processes to start), got {nproc!r}")
