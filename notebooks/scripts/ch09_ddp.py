@@ -161,6 +161,21 @@ def ddp_basics(ctx) -> dict:
     running = gathered(bn.module[1].running_mean.detach().clone())
     out["bn_running_means_differ"] = not torch.equal(running[0], running[1])
     out["forward_sync_buffers_default"] = bn.forward_sync_buffers
+    # ... and before each forward: rank 1 overwrites its buffer, and a pre-hook on the
+    # BatchNorm reads what the forward sees (DDP syncs before calling the module)
+    seen = []
+    hook = bn.module[1].register_forward_pre_hook(
+        lambda mod, args: seen.append(float(mod.running_mean[0])))
+    rank0_before = []
+    for step in range(2):
+        rank0_before.append(float(gathered(
+            bn.module[1].running_mean.detach().clone())[0][0]))
+        if rank == 1:
+            bn.module[1].running_mean.fill_(99.0)
+        bn(batch(rank, step, device=dev)[0])
+    hook.remove()
+    out["bn_forward_seen"] = seen
+    out["bn_rank0_before_forward"] = rank0_before
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         DDP(tiny_mlp(0, dev), broadcast_buffers=True)

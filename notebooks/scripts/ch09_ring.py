@@ -11,7 +11,8 @@ every rank sends 2(N-1)/N * S in total, whatever N is.
 
 Given a folder as its argument, it also loads (Q46) the distributed checkpoint that
 ch09_sharding.py saved there on 2 ranks into the same FSDP2 model on this job's ranks.
-It also (Q46) shards the toy model on a (replicate 2, shard 2) mesh, HSDP, and counts
+It also runs the naive all-reduce, a reduce to rank 0 and a broadcast back, counting
+the bytes each rank sends and receives. It also (Q46) shards the toy model on a (replicate 2, shard 2) mesh, HSDP, and counts
 the collectives of one forward and backward.
 """
 from __future__ import annotations
@@ -36,11 +37,12 @@ NUMEL = 1000  # elements per rank (divisible by 4, so every chunk has 250)
 
 
 def ring_all_reduce(x: torch.Tensor, rank: int, world: int):
-    """Sum of ``x`` over all ranks; returns (sum, bytes this rank sent, schedule).
-    ``schedule`` lists (phase, step, chunk sent, chunk received) for this rank."""
+    """Sum of ``x`` over all ranks; returns (sum, bytes this rank sent, schedule,
+    bytes sent per phase). ``schedule`` lists (phase, step, chunk sent, chunk
+    received) for this rank."""
     chunks = [c.clone() for c in x.chunk(world)]
     right, left = (rank + 1) % world, (rank - 1) % world
-    sent, schedule = 0, []
+    sent, schedule, by_phase = 0, [], {}
     for phase in ("reduce-scatter", "all-gather"):
         for step in range(world - 1):
             # reduce-scatter sends the chunk it just summed, all-gather the one it got
@@ -56,9 +58,35 @@ def ring_all_reduce(x: torch.Tensor, rank: int, world: int):
                 chunks[in_i] += incoming
             else:
                 chunks[in_i] = incoming
-            sent += chunks[out_i].numel() * chunks[out_i].element_size()
+            nbytes = chunks[out_i].numel() * chunks[out_i].element_size()
+            sent += nbytes
+            by_phase[phase] = by_phase.get(phase, 0) + nbytes
             schedule.append((phase, step, out_i, in_i))
-    return torch.cat(chunks), sent, schedule
+    return torch.cat(chunks), sent, schedule, by_phase
+
+
+def reduce_then_broadcast(x: torch.Tensor, rank: int, world: int):
+    """The naive all-reduce: every rank sends ``x`` to rank 0, which sums and sends
+    the sum back to each. Returns (sum, bytes this rank sent, bytes it received),
+    counted on each send and receive."""
+    sent = received = 0
+    if rank != 0:
+        dist.send(x, dst=0)
+        sent += x.numel() * x.element_size()
+        total = torch.empty_like(x)
+        dist.recv(total, src=0)
+        received += total.numel() * total.element_size()
+        return total, sent, received
+    total = x.clone()
+    for src in range(1, world):
+        incoming = torch.empty_like(x)
+        dist.recv(incoming, src=src)
+        received += incoming.numel() * incoming.element_size()
+        total += incoming
+    for dst in range(1, world):
+        dist.send(total, dst=dst)
+        sent += total.numel() * total.element_size()
+    return total, sent, received
 
 
 def load_resharded(path: str, device: torch.device) -> dict:
@@ -107,16 +135,20 @@ def main() -> None:
     # Integer values: float32 sums are then exact in any order, so ring == all_reduce
     # bit for bit, not only within rounding.
     x = torch.randint(-50, 50, (NUMEL,), generator=gen).float().to(ctx.device)
-    ring, sent, schedule = ring_all_reduce(x, ctx.rank, ctx.world_size)
+    ring, sent, schedule, by_phase = ring_all_reduce(x, ctx.rank, ctx.world_size)
     reference = x.clone()
     dist.all_reduce(reference)  # the library's all-reduce (SUM by default)
 
     # the same algorithm on float noise: equal within rounding, not bit for bit, since
     # the ring adds in another order than gloo's own algorithm
     noise = torch.randn(NUMEL, generator=gen).to(ctx.device)
-    ring_noise, _, _ = ring_all_reduce(noise, ctx.rank, ctx.world_size)
+    ring_noise, _, _, _ = ring_all_reduce(noise, ctx.rank, ctx.world_size)
     ref_noise = noise.clone()
     dist.all_reduce(ref_noise)
+
+    # the naive alternative: reduce to rank 0, then broadcast from it
+    naive, naive_sent, naive_received = reduce_then_broadcast(
+        x, ctx.rank, ctx.world_size)
 
     # torch's own halves: reduce-scatter leaves rank r the sum of chunk r, all-gather
     # collects the chunks; together they are an all-reduce
@@ -139,6 +171,10 @@ def main() -> None:
         "world": ctx.world_size,
         "bytes_in": x.numel() * x.element_size(),
         "bytes_sent": sent,
+        "bytes_sent_by_phase": by_phase,
+        "naive_equals_all_reduce": bool(torch.equal(naive, reference)),
+        "naive_bytes_sent": naive_sent,
+        "naive_bytes_received": naive_received,
         "ring_equals_all_reduce": bool(torch.equal(ring, reference)),
         "rs_ag_equals_all_reduce": bool(torch.equal(rebuilt, reference)),
         "my_reduced_chunk": bool(torch.equal(
