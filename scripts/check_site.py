@@ -327,7 +327,13 @@ _PHONE_JS = r"""(minScale) => {
   // that it scrolls (phones draw no scrollbar until touched).
   const tables = [...art.querySelectorAll('table')].filter(t => t.scrollWidth > t.parentElement.clientWidth + 1)
     .map(t => (t.rows[0] ? t.rows[0].textContent : '').replace(/\s+/g, ' ').trim().slice(0, 50));
+  // book.js splits each code/output block into span.line (a hanging indent where a line wraps).
+  const unsplit = pres.filter(p => (p.closest('div.highlight') || p.closest('div.cell_output'))
+    && p.textContent.trim() && !p.querySelector(':scope > span.line')).length;
+  const lines = [...art.querySelectorAll('pre > span.line')];
+  const inline = lines.filter(l => getComputedStyle(l).display !== 'block').length;
   return {pres: pres.length, wide: pres.filter(p => p.scrollWidth > p.clientWidth + 1).length, tables,
+          unsplit, inline,
           minScale: scales.length ? Math.min(...scales) : 1, small, figures: imgs.length,
           pageWidth: document.documentElement.scrollWidth, viewport: window.innerWidth};
 }"""
@@ -350,6 +356,11 @@ def _check_phone_layout(page, url: str, name: str, report: SiteReport, stay: boo
             f"{name}: at {PHONE['width']} px {r['wide']} of {r['pres']} code/output blocks scroll sideways; "
             "they should wrap (book.css, max-width 576px)"
         )
+    if r["unsplit"] or r["inline"]:
+        report.problems.append(
+            f"{name}: at {PHONE['width']} px {r['unsplit']} code/output blocks are not split into lines "
+            f"and {r['inline']} lines are not blocks: a wrapped line would start at column 0 and lose "
+            "its indentation (book.js hangingIndents, book.css span.line)")
     if r["pageWidth"] > r["viewport"] + 1:
         report.problems.append(
             f"{name}: at {PHONE['width']} px the page is {r['pageWidth']} px wide and scrolls "

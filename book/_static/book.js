@@ -221,8 +221,48 @@
     window.addEventListener("popstate", bookSearch);
   }
 
+  // Phones wrap long code lines (book.css). A wrapped piece should start under its own
+  // line's indentation, not at column 0, or the code's Python indentation is lost: each line
+  // of a code or output block becomes one span carrying its indentation (--indent), which
+  // book.css turns into a hanging indent on narrow screens. The text, newlines included, is
+  // unchanged, so selecting or copying a block gives the same characters.
+  function wrap(text, wrappers) {
+    var node = document.createTextNode(text);
+    for (var i = wrappers.length - 1; i >= 0; i--) {
+      var outer = wrappers[i].cloneNode(false);
+      outer.appendChild(node);
+      node = outer;
+    }
+    return node;
+  }
+  function hangingIndents() {
+    document.querySelectorAll("article div.highlight pre, article div.cell_output pre").forEach(function (pre) {
+      if (pre.querySelector("span.line")) return;
+      var lines = [[]], texts = [""];
+      (function walk(node, wrappers) {
+        Array.prototype.slice.call(node.childNodes).forEach(function (child) {
+          if (child.nodeType === 1) { walk(child, wrappers.concat([child])); return; }
+          if (child.nodeType !== 3) return;
+          child.data.split("\n").forEach(function (part, i) {
+            if (i > 0) { lines[lines.length - 1].push(document.createTextNode("\n")); lines.push([]); texts.push(""); }
+            if (part) { lines[lines.length - 1].push(wrap(part, wrappers)); texts[texts.length - 1] += part; }
+          });
+        });
+      })(pre, []);
+      if (!lines[lines.length - 1].length) { lines.pop(); texts.pop(); }
+      pre.textContent = "";
+      lines.forEach(function (nodes, k) {
+        var line = document.createElement("span");
+        line.className = "line";
+        line.style.setProperty("--indent", String(/^ */.exec(texts[k])[0].length));
+        nodes.forEach(function (n) { line.appendChild(n); });
+        pre.appendChild(line);
+      });
+    });
+  }
+
   window.addEventListener("hashchange", questionAddress);
   document.addEventListener("DOMContentLoaded", function () {
-    questionAddress(); figures(); bookSearch(); searchInPlace(); drill();
+    questionAddress(); figures(); hangingIndents(); bookSearch(); searchInPlace(); drill();
   });
 })();
