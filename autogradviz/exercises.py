@@ -180,6 +180,7 @@ def verdict(
     ordered: bool = True,
     solution: Any = _NO_SOLUTION,
     args: tuple | None = None,
+    via: Any = None,
 ) -> Verdict:
     """Judge `answer` against `expected` without printing.
 
@@ -189,7 +190,15 @@ def verdict(
 
     ``solution``: the exercise's reference answer (or function), checked against `expected`
     first; ``SolutionError`` if it fails, with no expected value in the message.
-    ``args``: call `answer` (and `solution`) with these arguments and judge the results."""
+    ``args``: call `answer` (and `solution`) with these arguments and judge the results.
+    ``via``: judge ``via(answer)`` and ``via(solution)`` instead (with ``args``, ``via``
+    maps a function to the function whose results are judged), so a check can compare
+    properties of an answer, such as what it depends on, rather than hold the answer."""
+    if via is not None:
+        if not callable(via):
+            raise TypeError(f"via must be a function, got {_kind(via)}")
+        answer = via(answer)
+        solution = solution if solution is _NO_SOLUTION else via(solution)
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be the answer's variable name as a string, got {name!r}")
     if rtol < 0 or atol < 0:
@@ -222,11 +231,12 @@ def check(
     ordered: bool = True,
     solution: Any = _NO_SOLUTION,
     args: tuple | None = None,
+    via: Any = None,
 ) -> None:
     """Print only the verdict on `answer`: ``correct!`` or what is wrong and the hint.
 
     Returns None so that a check as a cell's last line shows the verdict and nothing else.
     A long verdict is wrapped at `VERDICT_COLUMNS` (whole words), so it reads on a phone."""
     text = verdict(answer, expected, name=name, hint=hint, rtol=rtol, atol=atol, ordered=ordered,
-                  solution=solution, args=args).message
+                  solution=solution, args=args, via=via).message
     print(textwrap.fill(text, width=VERDICT_COLUMNS, break_long_words=False, break_on_hyphens=False))

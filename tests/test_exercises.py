@@ -171,3 +171,38 @@ def test_a_long_verdict_is_wrapped_without_splitting_words(capsys) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) > 1 and all(len(line) <= VERDICT_COLUMNS for line in lines), lines
     assert " ".join(lines) == str(agv.verdict(None, 1.0, name="my_prediction", hint=hint))
+
+
+def test_via_judges_properties_of_the_answer_and_of_the_solution() -> None:
+    # The check holds no answer: it judges what a function's result depends on.
+    def depends_on_second(fn):
+        def judged(a: float, b: float) -> bool:
+            return fn(a, b) != fn(a, b + 1) and fn(a, b) == fn(a + 1, b)
+        return judged if callable(fn) else fn
+
+    def double_b(a: float, b: float) -> float:
+        return 2 * b
+
+    def uses_a(a: float, b: float) -> float:
+        return a + b
+
+    def stub(a: float, b: float) -> float:
+        raise NotImplementedError
+
+    says = agv.verdict(double_b, True, name="f", solution=double_b, args=(1.0, 2.0),
+                       via=depends_on_second)
+    assert says
+    wrong = agv.verdict(uses_a, True, name="f", solution=double_b, args=(1.0, 2.0),
+                        via=depends_on_second)
+    assert str(wrong) == "not yet: `f` is False, and that is not it"
+    assert "NotImplementedError" in str(agv.verdict(stub, True, name="f", args=(1.0, 2.0),
+                                                    via=depends_on_second))
+    with pytest.raises(SolutionError):
+        agv.verdict(double_b, True, name="f", solution=uses_a, args=(1.0, 2.0),
+                    via=depends_on_second)
+    # Without args, via maps the values themselves; None stays "still None".
+    assert agv.verdict((1, 2), [True, True], name="pair", solution=(3, 4),
+                       via=lambda v: v if v is None else [x > 0 for x in v])
+    assert "still None" in str(agv.verdict(None, [True], name="pair", via=lambda v: v))
+    with pytest.raises(TypeError, match="via must be a function"):
+        agv.verdict(1, 1, via=3)
