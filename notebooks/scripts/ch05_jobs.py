@@ -6,7 +6,9 @@ clip (Q26): the same 3-layer MLP three ways on the same data: unsharded on one p
 (the reference, on the two ranks' batches together), under DDP, and under FSDP2 with
 `fully_shard` on every Linear and on the root. Each rank reports, for
 `clip_grad_norm_`: under DDP its averaged, clipped gradients (to compare the ranks'
-bits) and the warnings the DDP constructor gave for `broadcast_buffers=True`; under
+bits), the warnings the DDP constructor gave for `broadcast_buffers=True`, and the
+all-gathered parameter checksums after one SGD step, before and after rank 1 nudges
+one weight (the drift check of Q23's "Also asked"); under
 FSDP2 the type of the returned norm, its placements, its local value, its
 `full_tensor()`, the reference's norm, the largest gap between its clipped gradients
 and the reference's, and the collectives `CommDebugMode` saw inside the call.
@@ -66,6 +68,13 @@ def grads(model: nn.Module) -> list:
             for p in model.parameters()]
 
 
+def checksums(model: nn.Module, world: int) -> list:
+    local = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum()
+    gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(gathered, local.reshape(1))
+    return [c.item() for c in gathered]
+
+
 def clip(ctx) -> dict:
     torch.manual_seed(26)
     base = mlp()
@@ -89,6 +98,14 @@ def clip(ctx) -> dict:
                   "grad_gap": max((g - r.grad).abs().max().item() for g, r in
                                   zip(grads(ddp.module), reference.parameters())),
                   "warnings": [f"{w.category.__name__}: {w.message}" for w in caught]}
+    # Drift check: after a step, all-gather a float64 checksum of each rank's
+    # parameters; a rank-local change (rank 1 nudges one weight by 1e-3) shows up.
+    torch.optim.SGD(ddp.parameters(), lr=0.1).step()
+    out["ddp"]["checksums"] = checksums(ddp.module, world)
+    with torch.no_grad():
+        if ctx.rank == 1:
+            ddp.module[0].weight[0, 0] += 1e-3
+    out["ddp"]["checksums_drifted"] = checksums(ddp.module, world)
     # FSDP2: one unit per Linear, then the root.
     sharded = copy.deepcopy(base)
     for i in LAYERS:
