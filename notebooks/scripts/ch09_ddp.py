@@ -105,17 +105,19 @@ def ddp_basics(ctx) -> dict:
         torch.equal(t, mine) for t in gathered(mine))
     out["state_dict_keys"] = list(unsynced.state_dict())[:2]
 
-    # The first backward's buckets: one bucket by default and with static_graph=True;
-    # capped buckets from the start with find_unused_parameters=True.
-    first_buckets = {}
+    # The buckets of three backwards under each option: when (and whether) the
+    # Reducer rebuilds them (reducer.hpp, should_rebuild_buckets).
+    layouts = {}
     for option in ("default", "static_graph", "find_unused_parameters"):
         kwargs = {} if option == "default" else {option: True}
         probe = DDP(tiny_mlp(0, dev), bucket_cap_mb=BUCKET_CAP_BYTES / 2**20, **kwargs)
         with agv.record_comm(probe) as probe_comm:
-            x, y = batch(rank, 0, device=dev)
-            F.mse_loss(probe(x), y).backward()
-        first_buckets[option] = [list(c.params) for c in probe_comm.calls_of(1)]
-    out["first_backward_buckets"] = first_buckets
+            for step in range(3):
+                x, y = batch(rank, step, device=dev)
+                F.mse_loss(probe(x), y).backward()
+        layouts[option] = [[list(c.params) for c in probe_comm.calls_of(m)]
+                           for m in (1, 2, 3)]
+    out["bucket_layouts"] = layouts
 
     # Follow-up: uneven batches. DDP averages per-rank gradients with equal weights.
     uneven = DDP(tiny_mlp(0, dev))
