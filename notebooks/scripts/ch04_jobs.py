@@ -16,7 +16,8 @@ parameter stepped from its post-accumulate-grad hook; and DDP's
 equal rank 0's and the usual loop's.
 
 fsdp: FSDP2 (`fully_shard`) with a post-accumulate-grad hook on the sharded weight:
-whether the hook saw the reduce-scattered shard or the local gradient.
+whether the hook saw the reduce-scattered shard or the local gradient, and how
+often a tensor hook on the sharded weight fired.
 
 buffers: a `FakeQuantize` observer under DDP with `broadcast_buffers` True and False:
 whether the observer state each forward starts from is rank 0's.
@@ -128,11 +129,12 @@ def fsdp_part(ctx) -> dict:
     rows = slice(2 * ctx.rank, 2 * ctx.rank + 2)  # this rank's shard of dim 0
     model = copy.deepcopy(base)
     fully_shard(model)
-    seen = []
+    seen, tensor_hook_calls = [], []
     model.weight.register_post_accumulate_grad_hook(
         lambda p: seen.append(p.grad.to_local().clone()))
+    model.weight.register_hook(lambda g: tensor_hook_calls.append(1))
     model(x).square().sum().backward()
-    return {"hook calls": len(seen),
+    return {"hook calls": len(seen), "tensor hook calls": len(tensor_hook_calls),
             "hook saw the reduced shard": torch.allclose(
                 seen[0], average(local.weight.grad, ctx.world_size)[rows]),
             "hook saw the local grad": torch.allclose(seen[0],
