@@ -4,7 +4,7 @@ The rules (one checker function each, each returning a list of problems):
 valid nbformat; kernelspec "python3"; code cells executed top to bottom (counts 1..N over the
 non-empty code cells); no error outputs and no `raises-exception` tag (errors are shown with
 `agv.show_error`); no machine paths, memory addresses or timings in compared outputs (cells not
-tagged `nbval-ignore-output`); files under 1.5 MB; code lines of at most 88 columns; the set-up
+tagged `nbval-ignore-output`); files under 1.5 MB; code and printed lines of at most 88 columns; the set-up
 cell calls `agv.written_for(`; no `pip install`; helpers come from autogradviz (no function or
 class defined identically in two notebooks, no sys.path tricks or %run).
 
@@ -142,6 +142,26 @@ def check_code_lines(nb) -> list[str]:
         for n, line in enumerate(cell.source.splitlines(), 1)
         if len(line) > MAX_CODE_COLUMNS
     ]
+
+
+def check_output_lines(nb) -> list[str]:
+    """Printed text fits the page too: a longer line scrolls sideways in its output box at
+    1400 px (book.css) and breaks mid-row on a phone. Figures and HTML are not text lines."""
+    problems = []
+    for i, cell in enumerate(_code_cells(nb)):
+        for out in cell.outputs:
+            data = out.get("data", {})
+            if out.output_type == "stream":
+                text = out.get("text", "")
+            elif "text/plain" in data and not ({"image/png", "image/svg+xml", "text/html"} & set(data)):
+                text = data["text/plain"]
+            else:
+                continue
+            text = "".join(text) if isinstance(text, list) else text
+            problems += [f"code cell {i} prints a line of {len(line)} columns; keep printed lines to "
+                         f"{MAX_CODE_COLUMNS} (wrap the print)"
+                         for line in text.splitlines() if len(line) > MAX_CODE_COLUMNS]
+    return problems
 
 
 def check_setup_cell(nb) -> list[str]:
@@ -474,7 +494,7 @@ def check_unspoilable_exercises(nb) -> list[str]:
 
 
 NOTEBOOK_CHECKS = (check_format, check_kernelspec, check_execution_order, check_errors, check_deterministic_outputs,
-                   check_no_pip, check_no_path_tricks, check_code_lines, check_setup_cell,
+                   check_no_pip, check_no_path_tricks, check_code_lines, check_output_lines, check_setup_cell,
                    check_figure_widths, check_unspoilable_exercises)  # fmt: skip
 
 ids = [p.name for p in NOTEBOOKS]
@@ -589,6 +609,9 @@ def test_catches_long_code_line_and_missing_written_for() -> None:
     assert check_code_lines(nb) == []  # exactly 88 columns is fine
     cell.source += "x"
     assert any("89 columns" in p for p in check_code_lines(nb))
+    assert check_output_lines(nb) == []
+    _first_printing_cell(nb).outputs = [new_output("stream", name="stdout", text="y" * 89 + "\n")]
+    assert any("89 columns" in p for p in check_output_lines(nb))
     nb = _chapter_one()
     setup = next(c for c in _code_cells(nb) if c.source.strip())
     setup.source = setup.source.replace(WRITTEN_FOR, "print(")
