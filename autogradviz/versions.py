@@ -109,7 +109,7 @@ _FACTS = (
         title="TorchScript's deprecation warning is a FutureWarning",
         claim="`torch.jit.trace` and `torch.jit.script` warn that TorchScript is deprecated "
         "(\"Please switch to `torch.compile` or `torch.export`\"); the warning's class changed.",
-        questions=(1, 9),
+        questions=(9,),
         since={"2.13": "DeprecationWarning", "2.14": "FutureWarning"},
         behaviour={
             "2.13": "a `DeprecationWarning`, which Python's default filters hide unless the "
@@ -119,7 +119,7 @@ _FACTS = (
         source="https://github.com/pytorch/pytorch/blob/v2.14.1/torch/jit/_script.py",
         source_title="`torch/jit/_script.py` and `torch/jit/_trace.py` at v2.14.1 warn with "
         "`FutureWarning` (v2.13.0: `DeprecationWarning`); no pull request found",
-        proofs=("notebooks/01_define_by_run.ipynb", "notebooks/02_tensors_under_the_hood.ipynb"),
+        proofs=("notebooks/02_tensors_under_the_hood.ipynb",),
     ),
     VersionFact(
         name="forward_ad_first_use_warning",
