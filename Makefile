@@ -52,7 +52,7 @@ browser:
 
 # The site is built from the stored outputs, so the browser check (mostly waiting on page
 # loads) runs beside nbval (busy cores); each one's output is printed when it ends. (Running
-# the unit tests beside them too was slower on 2 cores: 635 s against 575 s, as measured.)
+# the unit tests beside them too was slower on 2 cores: 635 s against 592 s on a fresh clone.)
 test: setup-browser
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory site
