@@ -38,7 +38,7 @@ from .distributed.records import (
     CommCall, CommOverlap, CommTrace, DistributedRun, MemoryPlan, ModelStateBytes, PipelineOp,
     PipelineSchedule,
 )
-from .exercises import Verdict, check, verdict
+from .exercises import Verdict, answer_digest, check, verdict
 from .graphs.backward_order import backward_order
 from .graphs.live import live
 from .graphs.module_graph import trace_modules
@@ -105,6 +105,7 @@ __all__: list[str] = [
     "VersionFact",
     "Verdict",
     "activation_bytes_per_layer",
+    "answer_digest",
     "backward_order",
     "check",
     "compare_memory",

@@ -26,6 +26,7 @@ raises ``NotImplementedError`` is "not yet", not an error.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 import textwrap
@@ -33,7 +34,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SolutionError", "Verdict", "check", "verdict"]
+__all__ = ["SolutionError", "Verdict", "answer_digest", "check", "verdict"]
 
 CORRECT = "correct!"
 #: Width a printed verdict wraps at: an output block on the site shows about 86 columns at
@@ -167,6 +168,18 @@ def _call(fn: Any, args: tuple, name: str) -> tuple[Any, str | None]:
         return None, f"`{name}` still raises NotImplementedError: write its body"
     except Exception as e:  # noqa: BLE001 - the reader's function failing is a verdict, not a crash
         return None, f"`{name}` raised {type(e).__name__}: {e}"
+
+
+def answer_digest(value: Any, fmt: str) -> str | None:
+    """A short SHA-256 digest of ``format(float(value), fmt)``, or None when `value` is not a
+    number. A check cell stores the digest of the right answer and compares the reader's, so
+    its source holds neither the answer nor the way to compute it (``fmt`` sets the rounding
+    that is judged, e.g. ``".3f"`` or ``".4g"``)."""
+    try:
+        shown = format(float(value), fmt)
+    except (TypeError, ValueError):
+        return None
+    return hashlib.sha256(shown.encode()).hexdigest()[:16]
 
 
 def verdict(

@@ -206,3 +206,11 @@ def test_via_judges_properties_of_the_answer_and_of_the_solution() -> None:
     assert "still None" in str(agv.verdict(None, [True], name="pair", via=lambda v: v))
     with pytest.raises(TypeError, match="via must be a function"):
         agv.verdict(1, 1, via=3)
+
+
+def test_answer_digest_judges_the_rounded_value_and_refuses_non_numbers() -> None:
+    import hashlib
+    want = hashlib.sha256(b"0.125").hexdigest()[:16]  # hashlib is the oracle
+    assert agv.answer_digest(0.12500001, ".3f") == want == agv.answer_digest(torch.tensor(0.125), ".3f")
+    assert agv.answer_digest(0.126, ".3f") != want
+    assert agv.answer_digest(None, ".3f") is None and agv.answer_digest("abc", ".3f") is None
